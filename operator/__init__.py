@@ -1,0 +1,1 @@
+"""The Kubernetes operator: PerfDiagnosis handlers, the pod webhook, coordination."""

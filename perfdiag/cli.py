@@ -1,0 +1,75 @@
+"""The `perfdiag` command. Each subcommand lives in its own module under perfdiag.commands and
+is imported only when chosen, so `perfdiag --help` stays fast (torch is never imported here).
+
+Exit codes (documented in docs/cli.md):
+  0  done (a verdict was produced, whatever its status)
+  1  error: bad input, unreadable or unwritable paths, storage errors (message on stderr)
+  2  usage error (argparse)
+  3  the training process failed (its exit code and last lines are shown)
+  4  the training ended before the capture window completed
+  5  SOURCE holds no capture
+  130 interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand → module in perfdiag.commands exposing `add_parser(subparsers)` and `main(args)`.
+COMMANDS: dict[str, str] = {
+    "run": "run",
+    "analyze": "analyze",
+    "demo": "demo",
+    "agent": "agent",
+    "crd": "crd",
+    "operator": "operator",
+}
+
+
+class CliError(Exception):
+    """An error a user can act on; printed without a traceback."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfdiag",
+        description="Find out why distributed PyTorch training is slow or stuck.",
+    )
+    from perfdiag import __version__
+
+    parser.add_argument("--version", action="version", version=f"perfdiag {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"perfdiag.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"perfdiag.commands.{module_name}":
+                continue  # not built yet in this tree
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+        return result
+    except CliError as exc:
+        print(f"perfdiag: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("perfdiag: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

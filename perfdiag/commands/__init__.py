@@ -1,0 +1,1 @@
+"""Subcommands of the perfdiag CLI, one module each (see perfdiag.cli)."""

@@ -1,0 +1,23 @@
+"""Storage for captures: one interface, local filesystem or S3-compatible (DESIGN.md §1, §3).
+
+URIs: `/path`, `relative/path`, `file:///path` or `s3://bucket/prefix`. Keys are relative,
+'/'-separated; writes are atomic and idempotent (same key, same bytes → same object).
+"""
+
+from perfdiag.storage.base import (
+    Storage,
+    StorageError,
+    StorageNotFound,
+    StorageUnavailable,
+    open_storage,
+)
+from perfdiag.storage import layout
+
+__all__ = [
+    "Storage",
+    "StorageError",
+    "StorageNotFound",
+    "StorageUnavailable",
+    "layout",
+    "open_storage",
+]

@@ -1,0 +1,90 @@
+"""The storage interface and URI dispatch."""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+
+
+class StorageError(Exception):
+    """A storage operation failed; the message says which URI and why."""
+
+
+class StorageNotFound(StorageError):
+    """The key does not exist."""
+
+
+class StorageUnavailable(StorageError):
+    """The backend could not be reached after retries (outage, wrong endpoint)."""
+
+
+class Storage(abc.ABC):
+    """A flat key space under one prefix. Keys use '/' and never start with it."""
+
+    @property
+    @abc.abstractmethod
+    def uri(self) -> str:
+        """The URI of the prefix, as a user would type it."""
+
+    def uri_of(self, key: str) -> str:
+        return f"{self.uri.rstrip('/')}/{key}"
+
+    @abc.abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write atomically: readers see the old object or the whole new one."""
+
+    @abc.abstractmethod
+    def get_bytes(self, key: str) -> bytes:
+        """Raise StorageNotFound when the key does not exist."""
+
+    @abc.abstractmethod
+    def put_file(self, key: str, path: Path) -> None:
+        """Upload a local file atomically (large files stream; S3 uses multipart)."""
+
+    @abc.abstractmethod
+    def get_file(self, key: str, path: Path) -> None:
+        """Download to a local path (written atomically)."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """All keys under `prefix` (recursive), sorted, relative to this storage's root."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove a key; missing keys are fine (idempotent)."""
+
+    def get_text(self, key: str) -> str:
+        return self.get_bytes(key).decode("utf-8")
+
+    def put_text(self, key: str, text: str) -> None:
+        self.put_bytes(key, text.encode("utf-8"))
+
+    def local_path(self, key: str) -> Path | None:
+        """A local file holding the key, when the backend is a filesystem (else None)."""
+        return None
+
+
+def check_key(key: str) -> str:
+    if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
+        raise StorageError(f"invalid storage key {key!r}: keys are relative, '/'-separated paths")
+    return key
+
+
+def open_storage(uri: str | Path) -> Storage:
+    """Open the storage a URI names. `s3://` reads credentials from the standard variables."""
+    text = str(uri)
+    if text.startswith("s3://"):
+        from perfdiag.storage.s3 import S3Storage
+
+        return S3Storage.from_uri(text)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StorageError(f"unsupported storage URI {text!r}: scheme {scheme!r} (use a path or s3://)")
+    from perfdiag.storage.local import LocalStorage
+
+    return LocalStorage(Path(text))

@@ -1,0 +1,27 @@
+"""Keys of one diagnosis under its prefix (DESIGN.md §3). The only place they are spelled."""
+
+from __future__ import annotations
+
+PLAN = "plan.json"
+VERDICT = "verdict.json"
+REPORT = "report.html"
+TIMELINE = "timeline.json.gz"
+WORKERS = "workers"
+
+STATUS = "status.json"
+SUMMARY = "summary.parquet"
+EVENTS = "events.parquet"
+HARDWARE = "hardware.parquet"
+STACKS = "stacks.json"
+
+
+def worker_key(rank: int, name: str) -> str:
+    return f"{WORKERS}/{rank}/{name}"
+
+
+def rank_of_worker_key(key: str) -> int | None:
+    """`workers/<rank>/<file>` → rank; anything else → None."""
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == WORKERS and parts[1].isdigit():
+        return int(parts[1])
+    return None

@@ -1,0 +1,93 @@
+"""Local filesystem storage: the embedded default. Atomic writes by temp file + rename."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from perfdiag.storage.base import Storage, StorageError, StorageNotFound, check_key
+
+
+class LocalStorage(Storage):
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().absolute()
+
+    @property
+    def uri(self) -> str:
+        return str(self.root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def _write_via_temp(self, target: Path, write: object) -> None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                assert callable(write)
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._write_via_temp(self._path(key), lambda fh: fh.write(data))
+
+    def get_bytes(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise StorageNotFound(f"{path} does not exist") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+    def put_file(self, key: str, path: Path) -> None:
+        def copy(fh: object) -> None:
+            with path.open("rb") as src:
+                shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[misc]
+
+        self._write_via_temp(self._path(key), copy)
+
+    def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+        if not source.is_file():
+            raise StorageNotFound(f"{source} does not exist")
+        LocalStorage(path.parent)._write_via_temp(path, lambda fh: _copy_from(source, fh))
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.root / prefix if prefix else self.root
+        if not base.exists():
+            return []
+        if base.is_file():
+            return [prefix]
+        keys = []
+        for path in base.rglob("*"):
+            if path.is_file() and not path.name.startswith("."):
+                keys.append(path.relative_to(self.root).as_posix())
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def local_path(self, key: str) -> Path | None:
+        return self._path(key)
+
+
+def _copy_from(source: Path, fh: object) -> None:
+    with source.open("rb") as src:
+        shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[misc]

@@ -1,0 +1,48 @@
+"""The repository layout of the design card, and its import rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAPPED = {"operator": "perfdiag.operator", "collector": "perfdiag.collector", "analyzer": "perfdiag.analyzer"}
+
+
+def _declared_packages() -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return set(config["packages"])
+
+
+def _package_folders() -> set[str]:
+    found = set()
+    for init in ROOT.glob("**/__init__.py"):
+        rel = init.parent.relative_to(ROOT)
+        top = rel.parts[0]
+        if top == "perfdiag":
+            found.add(".".join(rel.parts))
+        elif top in MAPPED:
+            found.add(".".join((MAPPED[top], *rel.parts[1:])))
+    return found
+
+
+def test_every_package_folder_is_declared() -> None:
+    assert _package_folders() == _declared_packages()
+
+
+def test_design_card_folders_exist() -> None:
+    for name in ("operator", "collector", "analyzer", "charts", "crds", "tests", "benchmarks", "docs"):
+        assert (ROOT / name).is_dir(), name
+    for name in ("Dockerfile", "pyproject.toml", "README.md"):
+        assert (ROOT / name).is_file(), name
+
+
+def test_stdlib_operator_is_not_shadowed_from_the_repository_root() -> None:
+    code = "import operator, perfdiag.operator as p; print(operator.__file__); print(p.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert not out[0].startswith(str(ROOT)), out
+    assert out[1] == str(ROOT / "operator" / "__init__.py")
