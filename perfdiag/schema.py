@@ -27,7 +27,13 @@ events.parquet  (perfdiag.events/v1) — one row per complete event of the windo
   msg_bytes     int64    bytes moved by that collective (input size), else null
   group_size    int32    process-group size of that collective, else null
   pg_name       string   process-group name/id, else null
-  seq           int64    collective sequence number within its group, else null
+  seq           int64    collective sequence number within its group, else null: the order of
+                         that kind of call (record_param_comms op, NCCL kernel, gloo annotation)
+                         within its process group over the worker's whole trace
+  dtype         string   element type of that collective as the profiler names it ("Float"), else
+                         null (added in v1, nullable)
+  pg_ranks      string   global ranks of its process group as Kineto writes them ("[0, 1]"; PyTorch
+                         may shorten long lists), else null (added in v1, nullable)
 
 summary.parquet (perfdiag.summary/v1) — one row per (function, category) of the worker: the
 behavior pattern of DESIGN.md §4. Small by construction: functions under a β floor are folded
@@ -98,6 +104,8 @@ EVENTS_SCHEMA = pa.schema(
         ("group_size", pa.int32()),
         ("pg_name", pa.string()),
         ("seq", pa.int64()),
+        ("dtype", pa.string()),
+        ("pg_ranks", pa.string()),
     ]
 )
 

@@ -10,7 +10,9 @@
 # Cache: ${PERFDIAG_BIN_CACHE:-$HOME/.cache/perfdiag/bin}/<version-tag>/
 #   The version tag encodes every pin below plus the host platform.  When all
 #   six binaries are present and report the pinned version, the script only
-#   prints the directory (well under a second).
+#   prints the directory (well under a second: a binary's `--version` check
+#   is remembered in <version-tag>/.<binary>.ok and only re-run when the
+#   binary is newer than that stamp, or always with PERFDIAG_BIN_VERIFY=1).
 #
 # Where the binaries come from, per binary, first match wins:
 #   1. PERFDIAG_ETCD, PERFDIAG_KUBE_APISERVER, PERFDIAG_KUBECTL, PERFDIAG_MINIO,
@@ -35,8 +37,8 @@
 set -euo pipefail
 
 # ----------------------------------------------------------------- pins ----
-K8S_VERSION=v1.36.3        # kube-apiserver + kubectl (k8s.io/kubernetes)
-ETCD_VERSION=v3.6.16       # go.etcd.io/etcd/server/v3
+K8S_VERSION=v1.37.1        # kube-apiserver + kubectl (k8s.io/kubernetes)
+ETCD_VERSION=v3.7.3        # go.etcd.io/etcd/server/v3
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c   # github.com/minio/minio (final commit; repo archived, no semver tags)
 HELM_VERSION=v4.3.1        # helm.sh/helm/v4
 KUBECONFORM_VERSION=v0.8.0 # github.com/yannh/kubeconform
@@ -142,6 +144,13 @@ check_pinned() { # bin path
   [[ $out == *"$(expected_version_text "$1")"* ]]
 }
 
+# A pinned binary that passed check_pinned and has not changed since.
+stamp_fresh() { # bin
+  local b=$BASE/$1 st=$BASE/.$1.ok
+  [[ ${PERFDIAG_BIN_VERIFY:-0} != 1 && -f $st && -f $b && -x $b && ! $b -nt $st ]]
+}
+stamp() { touch "$BASE/.$1.ok" 2>/dev/null || true; }
+
 # ------------------------------------------------------- overrides --------
 declare -A OVERRIDE=()
 for bin in "${BINARIES[@]}"; do
@@ -195,6 +204,8 @@ for bin in "${BINARIES[@]}"; do
         log "note: using $bin from ${OVERRIDE[$bin]} ($(printf '%s' "$out" | head -1)); pinned is $(pinned_version "$bin")"
       exit 0
     ) &
+  elif stamp_fresh "$bin"; then
+    continue
   else
     check_pinned "$bin" "$BASE/$bin" &
   fi
@@ -202,7 +213,10 @@ for bin in "${BINARIES[@]}"; do
 done
 MISSING=()
 for bin in "${BINARIES[@]}"; do
-  if ! wait "${PIDS[$bin]}"; then
+  [[ -n ${PIDS[$bin]:-} ]] || continue
+  if wait "${PIDS[$bin]}"; then
+    [[ -n ${OVERRIDE[$bin]:-} ]] || stamp "$bin"
+  else
     if [[ -n ${OVERRIDE[$bin]:-} ]]; then
       die "the binary given for $bin (${OVERRIDE[$bin]}) does not work; fix or unset $(env_var_for "$bin")${KUBEBUILDER_ASSETS:+ / KUBEBUILDER_ASSETS}"
     fi
@@ -254,7 +268,9 @@ if command -v flock >/dev/null 2>&1; then
   fi
   # Re-check: the other run may have built what we need.
   STILL=()
-  for bin in "${MISSING[@]}"; do check_pinned "$bin" "$BASE/$bin" || STILL+=("$bin"); done
+  for bin in "${MISSING[@]}"; do
+    if check_pinned "$bin" "$BASE/$bin"; then stamp "$bin"; else STILL+=("$bin"); fi
+  done
   MISSING=("${STILL[@]+"${STILL[@]}"}")
   if ((${#MISSING[@]} == 0)); then
     link_overlay
@@ -458,17 +474,17 @@ build_one() { # bin outdir
   esac
 }
 
-hint() {
+hint() { # rough cold-build durations on 2 cores
   case $1 in
-    kube-apiserver) echo " (cold build, this takes several minutes)" ;;
-    minio) echo " (cold build, this takes several minutes)" ;;
-    kubectl) echo "" ;;
-    *) echo " (cold build, this may take a few minutes)" ;;
+    kube-apiserver | minio | helm) echo " (cold build, this takes several minutes)" ;;
+    etcd) echo " (cold build, about a minute or two)" ;;
+    *) echo "" ;;
   esac
 }
 
 log "cache: $BASE"
 log "to build: ${MISSING[*]} (go $(go env GOVERSION), -p $JOBS; logs in $ROOT/.logs/)"
+log "a cold build of all six takes ~20 min on 2 cores; provide prebuilt binaries via PERFDIAG_<NAME> / KUBEBUILDER_ASSETS to skip (see --help)"
 T_ALL=$(date +%s)
 FAILED=()
 declare -A TOOK=()
@@ -496,7 +512,9 @@ for bin in "${BINARIES[@]}"; do
     continue
   fi
   chmod 0755 "$WORK/out/$bin"
+  rm -f "$BASE/.$bin.ok"
   mv -f "$WORK/out/$bin" "$BASE/$bin" # same filesystem: atomic
+  stamp "$bin"
   TOOK[$bin]=$dt
   log "built $bin $(pinned_version "$bin") in $(fmt_dur "$dt")"
 done

@@ -8,7 +8,11 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPED = {"operator": "perfdiag.operator", "collector": "perfdiag.collector", "analyzer": "perfdiag.analyzer"}
+MAPPED = {
+    "operator": "perfdiag.operator",
+    "collector": "perfdiag.collector",
+    "analyzer": "perfdiag.analyzer",
+}
 
 
 def _declared_packages() -> set[str]:
@@ -33,7 +37,16 @@ def test_every_package_folder_is_declared() -> None:
 
 
 def test_design_card_folders_exist() -> None:
-    for name in ("operator", "collector", "analyzer", "charts", "crds", "tests", "benchmarks", "docs"):
+    for name in (
+        "operator",
+        "collector",
+        "analyzer",
+        "charts",
+        "crds",
+        "tests",
+        "benchmarks",
+        "docs",
+    ):
         assert (ROOT / name).is_dir(), name
     for name in ("Dockerfile", "pyproject.toml", "README.md"):
         assert (ROOT / name).is_file(), name

@@ -1,5 +1,16 @@
 """Pydantic models of the contracts that cross component boundaries (DESIGN.md §3)."""
 
+from perfdiag.api.diagnosis import (
+    Analysis,
+    Capture,
+    Condition,
+    LabelSelector,
+    PerfDiagnosis,
+    PerfDiagnosisSpec,
+    PerfDiagnosisStatus,
+    StorageOverride,
+    Target,
+)
 from perfdiag.api.plan import Plan, PlanAction
 from perfdiag.api.verdict import (
     Finding,
@@ -14,6 +25,15 @@ from perfdiag.api.verdict import (
 )
 
 __all__ = [
+    "Analysis",
+    "Capture",
+    "Condition",
+    "LabelSelector",
+    "PerfDiagnosis",
+    "PerfDiagnosisSpec",
+    "PerfDiagnosisStatus",
+    "StorageOverride",
+    "Target",
     "Finding",
     "FindingCategory",
     "FindingKind",

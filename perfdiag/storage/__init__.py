@@ -4,6 +4,7 @@ URIs: `/path`, `relative/path`, `file:///path` or `s3://bucket/prefix`. Keys are
 '/'-separated; writes are atomic and idempotent (same key, same bytes → same object).
 """
 
+from perfdiag.storage import layout
 from perfdiag.storage.base import (
     Storage,
     StorageError,
@@ -11,7 +12,6 @@ from perfdiag.storage.base import (
     StorageUnavailable,
     open_storage,
 )
-from perfdiag.storage import layout
 
 __all__ = [
     "Storage",

@@ -84,7 +84,9 @@ def open_storage(uri: str | Path) -> Storage:
         text = text[len("file://") :]
     elif "://" in text:
         scheme = text.split("://", 1)[0]
-        raise StorageError(f"unsupported storage URI {text!r}: scheme {scheme!r} (use a path or s3://)")
+        raise StorageError(
+            f"unsupported storage URI {text!r}: scheme {scheme!r} (use a path or s3://)"
+        )
     from perfdiag.storage.local import LocalStorage
 
     return LocalStorage(Path(text))

@@ -56,7 +56,7 @@ class LocalStorage(Storage):
     def put_file(self, key: str, path: Path) -> None:
         def copy(fh: object) -> None:
             with path.open("rb") as src:
-                shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[misc]
+                shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[arg-type]
 
         self._write_via_temp(self._path(key), copy)
 
@@ -90,4 +90,4 @@ class LocalStorage(Storage):
 
 def _copy_from(source: Path, fh: object) -> None:
     with source.open("rb") as src:
-        shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[misc]
+        shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[arg-type]

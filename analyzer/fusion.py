@@ -1,0 +1,366 @@
+"""Slow-worker fusion: from per-feature outliers to culprits, victims and a root cause.
+
+Victims vs culprit (data-parallel): the slow rank's peers wait for it in collectives, so they
+show MORE communication time and the culprit LESS. A rank is therefore named only for time it
+spends *outside* communication ("non-wait" time, idle included: uninstrumented work is still
+work) in excess of its peers; ranks whose extra time is communication are its victims. A rank
+that waits more than its peers is never a culprit here.
+
+The later GPU issue matches collectives across ranks (arrival order, transfer vs wait split);
+its result plugs in next to `communication_outliers`, which today only reports communication
+excess that the peers' work cannot explain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from perfdiag.analyzer.compare import Deviations
+from perfdiag.analyzer.features import (
+    COMMUNICATION,
+    LEVEL_CATEGORY,
+    LEVEL_FUNCTION,
+    LEVEL_NON_WAIT,
+    Features,
+    is_idle,
+    is_named_function,
+)
+from perfdiag.analyzer.hardware import ResourceAnomaly
+from perfdiag.analyzer.peers import PeerGroups
+from perfdiag.analyzer.thresholds import Thresholds
+
+TOP_CONTRIBUTORS = 5
+VICTIM_SHARE = 0.5
+"""A peer is a victim when it waits at least this share of the culprit's excess longer."""
+UNATTRIBUTED = "time outside any profiled operation"
+
+
+@dataclass(frozen=True)
+class Contributor:
+    function: str | None
+    category: str
+    ms: float
+    peers_ms: float
+    best_peer_ms: float
+    excess_ms: float
+    beta: float
+    peers_beta: float
+    robust_z: float
+    ratio: float
+    steps_outlying: int
+    steps: int
+    outlying: bool
+
+    def evidence(self) -> dict[str, object]:
+        return {
+            "function": self.function,
+            "category": self.category,
+            "beta": round(self.beta, 4),
+            "peers_median_beta": round(self.peers_beta, 4),
+            "ms_per_step": round(self.ms, 3),
+            "peers_median_ms_per_step": round(self.peers_ms, 3),
+            "best_peer_ms_per_step": round(self.best_peer_ms, 3),
+            "excess_ms_per_step": round(self.excess_ms, 3),
+            "robust_z": _finite(self.robust_z),
+            "ratio_to_peers": _finite(self.ratio),
+            "steps_outlying": self.steps_outlying if self.steps_outlying >= 0 else None,
+            "steps": self.steps,
+            "outlying": self.outlying,
+        }
+
+
+@dataclass(frozen=True)
+class Victims:
+    ranks: list[int]
+    wait_ms: float
+    """Median extra communication time of the victims over the culprit, ms/step."""
+    function: str | None
+    """The communication function they wait in most."""
+
+
+@dataclass
+class SlowWorker:
+    rank: int
+    position: int
+    group: int
+    step_ms: float
+    excess_ms: float
+    non_wait_ms: float
+    peers_non_wait_ms: float
+    steps_outlying: int
+    steps: int
+    peer_count: int
+    contributors: list[Contributor]
+    categories: list[Contributor]
+    root_category: str
+    root_basis: str
+    hardware: ResourceAnomaly | None = None
+    victims: Victims | None = None
+
+    @property
+    def severity(self) -> float:
+        return float(min(1.0, max(0.0, self.excess_ms / self.step_ms))) if self.step_ms else 0.0
+
+    @property
+    def top(self) -> Contributor | None:
+        return self.contributors[0] if self.contributors else None
+
+
+@dataclass
+class CommOutlier:
+    """Communication excess on a rank that the peers' work does not explain."""
+
+    rank: int
+    step_ms: float
+    excess_ms: float
+    unexplained_ms: float
+    contributor: Contributor
+    top_function: Contributor | None
+    hardware: ResourceAnomaly | None = None
+
+    @property
+    def severity(self) -> float:
+        return (
+            float(min(1.0, max(0.0, self.unexplained_ms / self.step_ms))) if self.step_ms else 0.0
+        )
+
+
+@dataclass
+class Fusion:
+    slow: list[SlowWorker] = field(default_factory=list)
+    communication: list[CommOutlier] = field(default_factory=list)
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 3) if np.isfinite(x) else None
+
+
+def _contributor(features: Features, dev: Deviations, i: int, k: int) -> Contributor:
+    step = float(features.mean_step_ms[i])
+    ref = float(dev.ref[i, k])
+    return Contributor(
+        function=features.functions[k],
+        category=features.categories[k],
+        ms=float(features.ms[i, k]),
+        peers_ms=ref,
+        best_peer_ms=float(dev.best[i, k]),
+        excess_ms=float(dev.excess_ms[i, k]),
+        beta=float(features.ms[i, k] / step) if step else 0.0,
+        peers_beta=ref / step if step else 0.0,
+        robust_z=float(dev.z[i, k]),
+        ratio=float(dev.ratio[i, k]),
+        steps_outlying=int(dev.steps_outlying[i, k]),
+        steps=int(dev.steps_valid[i, k]) or int(features.steps.counts[i]),
+        outlying=bool(dev.outlying[i, k]),
+    )
+
+
+def fuse(
+    features: Features,
+    dev: Deviations,
+    groups: PeerGroups,
+    thresholds: Thresholds,
+    anomalies: list[ResourceAnomaly],
+) -> Fusion:
+    nw = int(np.flatnonzero(features.level == LEVEL_NON_WAIT)[0])
+    comm = features.index_of(COMMUNICATION)
+    is_comm = np.array([c == COMMUNICATION for c in features.categories])
+    functions = (features.level == LEVEL_FUNCTION) & ~is_comm
+    categories = (features.level == LEVEL_CATEGORY) & ~is_comm
+    by_rank: dict[int, list[ResourceAnomaly]] = {}
+    for anomaly in anomalies:
+        by_rank.setdefault(anomaly.rank, []).append(anomaly)
+
+    material = dev.excess_fraction[:, nw] >= thresholds.min_excess_fraction
+    outlying_work = dev.outlying & (functions | categories)[None, :]
+    waits_more = (
+        dev.excess_fraction[:, comm] >= thresholds.min_excess_fraction
+        if comm is not None
+        else np.zeros(len(features.ranks), dtype=bool)
+    )
+    suspects = np.flatnonzero(
+        material & (dev.outlying[:, nw] | outlying_work.any(axis=1)) & ~waits_more
+    )
+
+    result = Fusion()
+    for i in suspects.tolist():  # culprits: a handful of ranks, never all of them
+        worker = _slow_worker(features, dev, groups, thresholds, i, nw, functions, categories)
+        if worker is None:
+            continue
+        _attribute(worker, by_rank.get(worker.rank, []))
+        result.slow.append(worker)
+    slow_positions = {w.position for w in result.slow}
+    for worker in result.slow:
+        worker.victims = _victims(features, groups, worker, slow_positions, comm, is_comm)
+    if comm is not None:
+        result.communication = communication_outliers(
+            features, dev, thresholds, comm, nw, is_comm, result, by_rank
+        )
+    return result
+
+
+def _slow_worker(
+    features: Features,
+    dev: Deviations,
+    groups: PeerGroups,
+    thresholds: Thresholds,
+    i: int,
+    nw: int,
+    functions: np.ndarray,
+    categories: np.ndarray,
+) -> SlowWorker | None:
+    outlying_categories = np.flatnonzero(dev.outlying[i] & categories)
+    outlying_functions = np.flatnonzero(dev.outlying[i] & functions)
+    if dev.outlying[i, nw]:
+        excess = float(dev.excess_ms[i, nw])
+        steps_outlying, steps = int(dev.steps_outlying[i, nw]), int(dev.steps_valid[i, nw])
+    else:
+        # The non-wait total did not pass on its own (e.g. part of it was a one-off spike):
+        # count only the persistent outlying categories, never more than the total.
+        excess = min(
+            float(dev.excess_ms[i, nw]), float(dev.excess_ms[i, outlying_categories].sum())
+        )
+        if not len(outlying_categories):
+            excess = min(
+                float(dev.excess_ms[i, nw]), float(dev.excess_ms[i, outlying_functions].sum())
+            )
+        best = outlying_categories if len(outlying_categories) else outlying_functions
+        k = int(best[np.argmax(dev.excess_ms[i, best])])
+        steps_outlying, steps = int(dev.steps_outlying[i, k]), int(dev.steps_valid[i, k])
+    if excess <= 0:
+        return None
+    fn_order = outlying_functions[np.argsort(-dev.excess_ms[i, outlying_functions])]
+    contributors = [_contributor(features, dev, i, int(k)) for k in fn_order[:TOP_CONTRIBUTORS]]
+    step = float(features.mean_step_ms[i])
+    shown = np.flatnonzero(categories & (dev.excess_ms[i] >= 0.01 * step))
+    shown = shown[np.argsort(-dev.excess_ms[i, shown])]
+    category_rows = [_contributor(features, dev, i, int(k)) for k in shown]
+    if not contributors:
+        contributors = [c for c in category_rows if c.outlying][:TOP_CONTRIBUTORS]
+    if not contributors:
+        return None
+    root_k = (
+        int(outlying_categories[np.argmax(dev.excess_ms[i, outlying_categories])])
+        if len(outlying_categories)
+        else None
+    )
+    root = features.categories[root_k] if root_k is not None else contributors[0].category
+    basis = "category of the largest contributor to the excess; no hardware samples say otherwise"
+    if is_idle(root):
+        root = "python"
+        basis = (
+            f"{UNATTRIBUTED} on this rank (no profiled op ran); Python code between ops is the "
+            "usual cause — capture with Python stacks to name the function"
+        )
+    return SlowWorker(
+        rank=int(features.ranks[i]),
+        position=i,
+        group=int(groups.labels[i]),
+        step_ms=step,
+        excess_ms=excess,
+        non_wait_ms=float(features.ms[i, nw]),
+        peers_non_wait_ms=float(dev.ref[i, nw]),
+        steps_outlying=steps_outlying,
+        steps=steps,
+        peer_count=int(dev.peer_count[i]),
+        contributors=contributors,
+        categories=category_rows,
+        root_category=root,
+        root_basis=basis,
+    )
+
+
+def _attribute(worker: SlowWorker, anomalies: list[ResourceAnomaly]) -> None:
+    """Abnormal resource μ/σ behind a contributor → the cause is hardware (DESIGN.md §4)."""
+    if not anomalies:
+        return
+    for contributor in worker.contributors:
+        for anomaly in anomalies:
+            if (anomaly.function, anomaly.category) == (contributor.function, contributor.category):
+                worker.hardware = anomaly
+                worker.root_category = anomaly.hardware_category
+                worker.root_basis = (
+                    f"{anomaly.describe()} in {anomaly.function}: abnormal resource, not code"
+                )
+                return
+
+
+def _victims(
+    features: Features,
+    groups: PeerGroups,
+    worker: SlowWorker,
+    slow_positions: set[int],
+    comm: int | None,
+    is_comm: np.ndarray,
+) -> Victims | None:
+    if comm is None:
+        return None
+    members = groups.members(worker.group)
+    members = members[~np.isin(members, list(slow_positions))]
+    if not len(members):
+        return None
+    wait = features.ms[members, comm] - features.ms[worker.position, comm]
+    chosen = members[wait >= VICTIM_SHARE * worker.excess_ms]
+    if not len(chosen):
+        return None
+    comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & is_comm)
+    function = None
+    if len(comm_functions):
+        medians = np.median(features.ms[np.ix_(chosen, comm_functions)], axis=0)
+        k = int(comm_functions[np.argmax(medians)])
+        if is_named_function(features.functions[k]):
+            function = features.functions[k]
+    return Victims(
+        ranks=sorted(int(r) for r in features.ranks[chosen]),
+        wait_ms=float(np.median(wait[wait >= VICTIM_SHARE * worker.excess_ms])),
+        function=function,
+    )
+
+
+def communication_outliers(
+    features: Features,
+    dev: Deviations,
+    thresholds: Thresholds,
+    comm: int,
+    nw: int,
+    is_comm: np.ndarray,
+    fusion: Fusion,
+    anomalies: dict[int, list[ResourceAnomaly]],
+) -> list[CommOutlier]:
+    """Ranks with outlying communication time that no culprit and no peer's work explains.
+
+    In a synchronous collective every rank leaves at the same time, so extra communication on a
+    rank normally means it arrived early — its peers work longer (the rank is a victim). What is
+    left after subtracting that is the rank's own slowness in communication (a slow link, a
+    collective only it runs).
+    """
+    explained_by_culprit = {r for w in fusion.slow for r in (w.victims.ranks if w.victims else [])}
+    outliers = []
+    for i in np.flatnonzero(dev.outlying[:, comm]).tolist():
+        rank = int(features.ranks[i])
+        if rank in explained_by_culprit or any(w.position == i for w in fusion.slow):
+            continue
+        peers_work_more = max(0.0, -float(dev.excess_ms[i, nw]))
+        unexplained = float(dev.excess_ms[i, comm]) - peers_work_more
+        step = float(features.mean_step_ms[i])
+        if unexplained < thresholds.min_excess_fraction * step:
+            continue
+        comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & is_comm)
+        top = None
+        if len(comm_functions):
+            k = int(comm_functions[np.argmax(dev.excess_ms[i, comm_functions])])
+            top = _contributor(features, dev, i, k)
+        hardware = next((a for a in anomalies.get(rank, []) if a.category == COMMUNICATION), None)
+        outliers.append(
+            CommOutlier(
+                rank=rank,
+                step_ms=step,
+                excess_ms=float(dev.excess_ms[i, comm]),
+                unexplained_ms=unexplained,
+                contributor=_contributor(features, dev, i, comm),
+                top_function=top,
+                hardware=hardware,
+            )
+        )
+    return outliers

@@ -1,0 +1,142 @@
+"""The analysis end to end: load → compare → fuse → verdict.json + report.html."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perfdiag.analyzer.capture import Capture, load_capture
+from perfdiag.analyzer.compare import Deviations, compare_peers
+from perfdiag.analyzer.errors import NoCaptureError
+from perfdiag.analyzer.features import Features, StepTimes, build_features
+from perfdiag.analyzer.findings import (
+    Reported,
+    communication_findings,
+    hang_findings,
+    hardware_findings,
+    range_findings,
+    slow_worker_findings,
+)
+from perfdiag.analyzer.fusion import Fusion, fuse
+from perfdiag.analyzer.hardware import ResourceAnomaly, resource_anomalies
+from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_function_signature
+from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
+from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.analyzer.verdict import build_verdict
+from perfdiag.analyzer.workers import WorkerAccount, account_workers
+
+from perfdiag.api.verdict import Verdict
+from perfdiag.storage import Storage, layout, open_storage
+
+Progress = Callable[[str], None]
+
+KIND_ORDER = {
+    "hang": 0,
+    "slow_worker": 1,
+    "hardware": 2,
+    "function_anomaly": 3,
+    "expected_range": 4,
+}
+FEATURE_FLOOR_SHARE = 0.5
+"""Functions are kept dense when their β reaches this share of the materiality threshold."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the verdict and the report are made from."""
+
+    capture: Capture
+    thresholds: Thresholds
+    account: WorkerAccount
+    steps: StepTimes
+    features: Features
+    groups: PeerGroups
+    deviations: Deviations
+    anomalies: list[ResourceAnomaly]
+    fusion: Fusion
+    violations: list[RangeViolation]
+    reported: list[Reported]
+    below_threshold: list[Reported]
+    has_gpu: bool
+    verdict: Verdict
+
+
+def analyze_capture(
+    capture: Capture,
+    thresholds: Thresholds | None = None,
+    expected_ranks: list[int] | None = None,
+    *,
+    roles: RoleAssigner = by_function_signature,
+    progress: Progress | None = None,
+) -> Analysis:
+    say = progress or (lambda _msg: None)
+    limits = thresholds or Thresholds()
+    steps = StepTimes.from_metas(capture.metas)
+    features = build_features(
+        capture.summary, steps, min_beta=FEATURE_FLOOR_SHARE * limits.min_excess_fraction
+    )
+    groups = roles(features, limits.role_split_jaccard)
+    say(f"comparing {len(features.ranks)} workers ({len(groups.names)} peer group(s))")
+    deviations = compare_peers(capture.summary, features, groups, limits)
+    anomalies = resource_anomalies(capture.summary, features, groups, limits)
+    fusion = fuse(features, deviations, groups, limits, anomalies)
+    has_gpu = any(m.has_gpu for m in capture.metas.values())
+    violations = check_expected_ranges(
+        capture.summary, features, groups, fusion, limits, has_gpu=has_gpu
+    )
+    median_step = float(steps.median_ms.mean()) if len(steps.ranks) else None
+    account = account_workers(capture, expected_ranks, limits, median_step)
+
+    candidates = [
+        *slow_worker_findings(fusion, features, groups, limits),
+        *communication_findings(fusion),
+        *hardware_findings(anomalies, features, fusion),
+        *range_findings(violations),
+    ]
+    reported = hang_findings(account.stuck)
+    reported += [r for r in candidates if r.finding.severity >= limits.report_severity]
+    below = [r for r in candidates if r.finding.severity < limits.report_severity]
+    # Ties: the fused slow_worker before the function_anomaly it contains.
+    reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
+    verdict = build_verdict(capture, account, steps, reported, limits)
+    return Analysis(
+        capture=capture,
+        thresholds=limits,
+        account=account,
+        steps=steps,
+        features=features,
+        groups=groups,
+        deviations=deviations,
+        anomalies=anomalies,
+        fusion=fusion,
+        violations=violations,
+        reported=reported,
+        below_threshold=below,
+        has_gpu=has_gpu,
+        verdict=verdict,
+    )
+
+
+def run_analysis(
+    source: str | Storage,
+    out: Storage | None = None,
+    *,
+    progress: Progress | None = None,
+    thresholds: Thresholds | None = None,
+    expected_ranks: list[int] | None = None,
+) -> Verdict:
+    say = progress or (lambda _msg: None)
+    storage = source if isinstance(source, Storage) else open_storage(source)
+    root = storage.local_path(layout.PLAN)
+    if root is not None and not root.parent.is_dir():
+        raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
+    capture = load_capture(storage, say)
+    analysis = analyze_capture(capture, thresholds, expected_ranks, progress=say)
+    from perfdiag.analyzer.report import render_report
+
+    target = out or storage
+    target.put_text(layout.REPORT, render_report(analysis))
+    # verdict.json last: its presence tells readers the analysis is complete.
+    target.put_text(layout.VERDICT, analysis.verdict.to_json())
+    say(f"wrote {target.uri_of(layout.VERDICT)} and {target.uri_of(layout.REPORT)}")
+    return analysis.verdict

@@ -1,0 +1,84 @@
+"""The training loop the window benchmark runs in a child process: the demo's model and
+DataLoader in one process, with each step's end time recorded.
+
+    python window_loop.py --mode none|hook|profiler --steps N --window-at W --capture K \
+        [--python-stacks] --result out.json
+
+mode none      no profiling at all
+mode hook      the perfdiag hook (PERFDIAG_SPOOL / PERFDIAG_PLAN / PYTHONPATH set by the caller);
+               the loop writes the plan file itself at step W, as `perfdiag run` would
+mode profiler  plain torch.profiler with the hook's settings (CPU activity, with_stack as
+               asked, record_shapes off) started at the end of step W, `prof.step()` at each
+               step end, stopped after K+1 steps and its trace exported to a Chrome trace
+               file right there (what the hook does with its window)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from perfdiag.demo.train import SyntheticDataset, build_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("none", "hook", "profiler"), required=True)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--window-at", type=int, default=20)
+    parser.add_argument("--capture", type=int, default=10)
+    parser.add_argument("--python-stacks", action="store_true")
+    parser.add_argument("--trace-dir", type=Path, default=None)
+    parser.add_argument("--result", type=Path, required=True)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    loader = DataLoader(SyntheticDataset(32 * 64), batch_size=32, shuffle=True, drop_last=True)
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    profiler: torch.profiler.profile | None = None
+    ends_ns = [time.perf_counter_ns()]
+    step = 0
+    while step < args.steps:
+        for inputs, labels in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(inputs), labels)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if profiler is not None:
+                profiler.step()
+                if step == args.window_at + args.capture + 1:
+                    profiler.stop()
+                    profiler.export_chrome_trace(str(args.trace_dir / "trace.json"))
+                    profiler = None
+            if args.mode == "profiler" and step == args.window_at:
+                profiler = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=args.python_stacks,
+                    record_shapes=False,
+                )
+                profiler.start()
+            ends_ns.append(time.perf_counter_ns())
+            if args.mode == "hook" and step == args.window_at:
+                from perfdiag.api import Plan
+
+                plan = Plan.new(steps=args.capture, python_stacks=args.python_stacks)
+                plan.write_atomic(Path(os.environ["PERFDIAG_PLAN"]))
+            if step >= args.steps:
+                break
+    args.result.write_text(json.dumps({"mode": args.mode, "ends_ns": ends_ns}))
+
+
+if __name__ == "__main__":
+    main()

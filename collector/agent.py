@@ -1,0 +1,439 @@
+"""The agent: turns the hook's spool into a worker's files in storage (DESIGN.md §1, §3).
+
+`process_window` handles one rank's completed window: events.parquet (raw events, when kept),
+summary.parquet (the behavior pattern), stacks.json (when the hook dumped stacks) and, last,
+status.json. `run_agent` is the sidecar loop around it: it follows every rank of a spool,
+uploads status heartbeats, processes each completed window once, and outlives storage outages.
+
+A sidecar writes the files of plan P under `<storage>/<P>/` (one diagnosis = one prefix); the
+local runner calls `process_window` with the diagnosis' own storage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from perfdiag.collector import spool
+
+from perfdiag.api.worker import WorkerPhase, WorkerStatus
+from perfdiag.storage import Storage, StorageError, layout, open_storage
+
+log = logging.getLogger("perfdiag.agent")
+
+UPLOADED_MARKER = ".uploaded"  # in a window folder, once its files are in storage
+
+# Hook heartbeat phase → worker status phase.
+_PHASES: dict[str, WorkerPhase] = {
+    "dormant": "dormant",
+    "armed": "armed",
+    "capturing": "capturing",
+    "writing": "processing",
+    "failed": "failed",
+}
+
+
+def window_complete(spool_dir: Path, rank: int, plan_id: str) -> bool:
+    """True once the hook has finished the window (hook.json is written last, also on error)."""
+    return isinstance(
+        spool.read_json(spool.window_dir(spool_dir, rank, plan_id) / spool.HOOK_META), dict
+    )
+
+
+def process_window(
+    spool_dir: Path,
+    rank: int,
+    plan_id: str,
+    storage: Storage,
+    *,
+    keep_raw: bool = True,
+    pod: str | None = None,
+) -> WorkerStatus:
+    """Write the worker files of one completed window and return its status (phase "done", or
+    "failed" with the reason when the window is unusable). Storage errors propagate (the caller
+    retries); a malformed window does not raise."""
+    from perfdiag.kineto import TraceError
+    from perfdiag.kineto.hook_window import read_hook_window
+    from perfdiag.parquet_io import table_to_bytes
+    from perfdiag.summary import summarize
+
+    folder = spool.window_dir(spool_dir, rank, plan_id)
+    hook = spool.read_json(folder / spool.HOOK_META)
+    beat = _heartbeat(spool_dir, rank)
+    files: list[str] = []
+    files += _upload_stacks(spool_dir, rank, plan_id, storage)
+    error: str | None = None
+    if not isinstance(hook, dict):
+        error = f"{folder / spool.HOOK_META} is missing or not a JSON object"
+    elif hook.get("error"):
+        error = f"the hook could not capture the window: {hook['error']}"
+    else:
+        try:
+            events, meta = read_hook_window(folder, hook, rank=rank, plan_id=plan_id, pod=pod)
+            summary = summarize(events, meta)
+        except TraceError as exc:
+            error = str(exc)
+        else:
+            if keep_raw:
+                key = layout.worker_key(rank, layout.EVENTS)
+                storage.put_bytes(key, table_to_bytes(events))
+                files.append(key)
+            key = layout.worker_key(rank, layout.SUMMARY)
+            storage.put_bytes(key, table_to_bytes(summary))
+            files.append(key)
+    hook_info = hook if isinstance(hook, dict) else {}
+    status = WorkerStatus(
+        rank=rank,
+        host=_text(hook_info.get("host")) or _text(beat.get("host")),
+        pod=pod,
+        plan_id=plan_id,
+        phase="failed" if error else "done",
+        step=_step(beat, hook_info),
+        last_step_unix=_number(beat.get("last_step_unix")),
+        updated_unix=time.time(),
+        files=files,
+        error=error,
+    )
+    storage.put_text(layout.worker_key(rank, layout.STATUS), status.model_dump_json())
+    return status
+
+
+def _upload_stacks(spool_dir: Path, rank: int, plan_id: str, storage: Storage) -> list[str]:
+    path = spool.stacks_file(spool_dir, rank, plan_id)
+    if not path.is_file():
+        return []
+    key = layout.worker_key(rank, layout.STACKS)
+    storage.put_file(key, path)
+    return [key]
+
+
+def _heartbeat(spool_dir: Path, rank: int) -> dict[str, Any]:
+    beat = spool.read_json(spool.rank_dir(spool_dir, rank) / spool.HEARTBEAT)
+    return beat if isinstance(beat, dict) else {}
+
+
+def _step(beat: dict[str, Any], hook: dict[str, Any]) -> int:
+    step = beat.get("step")
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    first, steps = hook.get("first_step"), hook.get("steps")
+    if isinstance(first, int) and isinstance(steps, int):
+        return max(first + steps, 0)
+    return 0
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sidecar loop
+
+
+@dataclass
+class _Retry:
+    """Backoff of one piece of work after a storage error."""
+
+    delay_s: float = 1.0
+    next_s: float = 0.0
+
+
+@dataclass
+class AgentState:
+    """What the loop remembers between polls (exposed for tests and the CLI's summary)."""
+
+    processed: set[tuple[int, str]] = field(default_factory=set)  # (rank, plan id)
+    stacks: set[tuple[int, str]] = field(default_factory=set)
+    final: dict[tuple[int, str], WorkerStatus] = field(default_factory=dict)
+    last_status: dict[int, tuple[str, float]] = field(default_factory=dict)  # json, when sent
+    retries: dict[tuple[str, int, str], _Retry] = field(default_factory=dict)
+
+
+def run_agent(
+    spool_dir: Path,
+    storage: Storage,
+    *,
+    stop: threading.Event,
+    poll_s: float = 1.0,
+    heartbeat_s: float = 5.0,
+    ranks: Sequence[int] | None = None,
+    plan_file: Path | None = None,
+    keep_raw: bool = True,
+    pod: str | None = None,
+    storage_for: Callable[[str], Storage] | None = None,
+    max_backoff_s: float = 30.0,
+    once: bool = False,
+    state: AgentState | None = None,
+) -> AgentState:
+    """Follow the spool until `stop` is set (or one pass when `once`).
+
+    Each poll: upload the status of every rank with a known plan (the plan file's, else the
+    one the hook reports) when it changed, at most every `heartbeat_s` unless its phase
+    changed; upload stack dumps; process every completed window once (remembered in memory
+    and by a marker file in the window folder). A storage error postpones that piece of work
+    with exponential backoff (up to `max_backoff_s`); nothing stops the loop but `stop`.
+    """
+    state = state or AgentState()
+    destinations: dict[str, Storage] = {}
+
+    def destination(plan_id: str) -> Storage:
+        if plan_id not in destinations:
+            destinations[plan_id] = (
+                storage_for(plan_id) if storage_for else open_storage(storage.uri_of(plan_id))
+            )
+        return destinations[plan_id]
+
+    while True:
+        for rank in _ranks(spool_dir, ranks):
+            _poll_rank(
+                spool_dir,
+                rank,
+                plan_file,
+                destination,
+                state,
+                heartbeat_s,
+                max_backoff_s,
+                keep_raw,
+                pod,
+            )
+        if once or stop.wait(poll_s):
+            return state
+
+
+def _ranks(spool_dir: Path, ranks: Sequence[int] | None) -> list[int]:
+    present = spool.ranks_in(spool_dir)
+    return [r for r in present if r in ranks] if ranks is not None else present
+
+
+def _poll_rank(
+    spool_dir: Path,
+    rank: int,
+    plan_file: Path | None,
+    destination: Callable[[str], Storage],
+    state: AgentState,
+    heartbeat_s: float,
+    max_backoff_s: float,
+    keep_raw: bool,
+    pod: str | None,
+) -> None:
+    for plan_id in _completed_windows(spool_dir, rank):
+        if (rank, plan_id) in state.processed:
+            continue
+        _attempt(
+            state,
+            ("window", rank, plan_id),
+            max_backoff_s,
+            partial(_process, spool_dir, rank, plan_id, destination, state, keep_raw, pod),
+        )
+    for plan_id in _stack_dumps(spool_dir, rank):
+        if (rank, plan_id) in state.stacks:
+            continue
+        _attempt(
+            state,
+            ("stacks", rank, plan_id),
+            max_backoff_s,
+            partial(_stacks, spool_dir, rank, plan_id, destination, state),
+        )
+    current = _current_plan(spool_dir, rank, plan_file)
+    if current is not None:
+        _attempt(
+            state,
+            ("status", rank, current),
+            max_backoff_s,
+            partial(
+                _heartbeat_status, spool_dir, rank, current, destination, state, heartbeat_s, pod
+            ),
+        )
+
+
+def _attempt(
+    state: AgentState, key: tuple[str, int, str], max_backoff_s: float, work: Callable[[], None]
+) -> None:
+    retry = state.retries.get(key)
+    now = time.monotonic()
+    if retry is not None and now < retry.next_s:
+        return
+    try:
+        work()
+    except StorageError as exc:
+        retry = retry or _Retry()
+        log.warning(
+            "rank %d: %s for plan %s failed (%s); retrying in %.0f s",
+            key[1],
+            key[0],
+            key[2],
+            exc,
+            retry.delay_s,
+        )
+        retry.next_s = now + retry.delay_s
+        retry.delay_s = min(retry.delay_s * 2, max_backoff_s)
+        state.retries[key] = retry
+    else:
+        state.retries.pop(key, None)
+
+
+def _completed_windows(spool_dir: Path, rank: int) -> list[str]:
+    folder = spool.rank_dir(spool_dir, rank) / "windows"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in folder.iterdir()
+        if (entry / spool.HOOK_META).is_file() and not (entry / UPLOADED_MARKER).exists()
+    )
+
+
+def _stack_dumps(spool_dir: Path, rank: int) -> list[str]:
+    folder = spool.rank_dir(spool_dir, rank) / "stacks"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        entry.stem
+        for entry in folder.glob("*.json")
+        if not (folder / f".{entry.stem}{UPLOADED_MARKER}").exists()
+    )
+
+
+def _process(
+    spool_dir: Path,
+    rank: int,
+    plan_id: str,
+    destination: Callable[[str], Storage],
+    state: AgentState,
+    keep_raw: bool,
+    pod: str | None,
+) -> None:
+    started = time.monotonic()
+    storage = destination(plan_id)
+    try:
+        status = process_window(spool_dir, rank, plan_id, storage, keep_raw=keep_raw, pod=pod)
+    except StorageError:
+        raise
+    except Exception as exc:  # a bug or an odd window must not stop the other ranks
+        log.exception("rank %d: processing window %s failed", rank, plan_id)
+        status = WorkerStatus(
+            rank=rank,
+            pod=pod,
+            plan_id=plan_id,
+            phase="failed",
+            updated_unix=time.time(),
+            error=f"processing the window failed: {exc}",
+        )
+        storage.put_text(layout.worker_key(rank, layout.STATUS), status.model_dump_json())
+    log.info(
+        "rank %d: window %s %s in %.2f s (%s)",
+        rank,
+        plan_id,
+        status.phase,
+        time.monotonic() - started,
+        ", ".join(status.files) or status.error,
+    )
+    state.processed.add((rank, plan_id))
+    state.final[(rank, plan_id)] = status
+    state.last_status[rank] = (status.model_dump_json(), time.monotonic())
+    _mark(spool.window_dir(spool_dir, rank, plan_id) / UPLOADED_MARKER, storage.uri, status)
+
+
+def _stacks(
+    spool_dir: Path,
+    rank: int,
+    plan_id: str,
+    destination: Callable[[str], Storage],
+    state: AgentState,
+) -> None:
+    storage = destination(plan_id)
+    keys = _upload_stacks(spool_dir, rank, plan_id, storage)
+    log.info("rank %d: stack dump of plan %s uploaded (%s)", rank, plan_id, ", ".join(keys))
+    state.stacks.add((rank, plan_id))
+    _mark(
+        spool.stacks_file(spool_dir, rank, plan_id).with_name(f".{plan_id}{UPLOADED_MARKER}"),
+        storage.uri,
+    )
+
+
+def _mark(path: Path, uri: str, status: WorkerStatus | None = None) -> None:
+    """Remember across agent restarts that this was uploaded, and the outcome (best effort:
+    memory suffices while the agent lives)."""
+    record: dict[str, Any] = {"storage": uri, "time_unix": time.time()}
+    if status is not None:
+        record["status"] = status.model_dump(mode="json")
+    try:
+        spool.write_json_atomic(path, record)
+    except OSError as exc:
+        log.warning("cannot write %s (%s); it will be uploaded again after a restart", path, exc)
+
+
+def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | None:
+    """The status a previous agent recorded for a processed window."""
+    record = spool.read_json(spool.window_dir(spool_dir, rank, plan_id) / UPLOADED_MARKER)
+    if not isinstance(record, dict) or not isinstance(record.get("status"), dict):
+        return None
+    try:
+        return WorkerStatus.model_validate(record["status"])
+    except ValueError:
+        return None
+
+
+def _current_plan(spool_dir: Path, rank: int, plan_file: Path | None) -> str | None:
+    if plan_file is not None:
+        plan = spool.read_json(plan_file)
+        if isinstance(plan, dict) and isinstance(plan.get("id"), str) and plan["id"]:
+            return str(plan["id"])
+    plan_id = _heartbeat(spool_dir, rank).get("plan_id")
+    return plan_id if isinstance(plan_id, str) and plan_id else None
+
+
+def _heartbeat_status(
+    spool_dir: Path,
+    rank: int,
+    plan_id: str,
+    destination: Callable[[str], Storage],
+    state: AgentState,
+    heartbeat_s: float,
+    pod: str | None,
+) -> None:
+    beat = _heartbeat(spool_dir, rank)
+    if not beat:
+        return
+    final = state.final.get((rank, plan_id)) or _marked_outcome(spool_dir, rank, plan_id)
+    phase: WorkerPhase = _PHASES.get(str(beat.get("phase")), "dormant")
+    if final is not None:  # the window's outcome stays visible after the hook goes dormant
+        phase = final.phase
+    elif beat.get("plan_id") != plan_id and phase != "failed":
+        phase = "dormant"  # the hook has not taken this plan (yet)
+    status = WorkerStatus(
+        rank=rank,
+        host=_text(beat.get("host")),
+        pod=pod,
+        plan_id=plan_id,
+        phase=phase,
+        step=_step(beat, {}),
+        last_step_unix=_number(beat.get("last_step_unix")),
+        updated_unix=_number(beat.get("updated_unix")) or time.time(),
+        files=final.files if final else [],
+        error=(final.error if final else None) or _text(beat.get("error")),
+    )
+    text = status.model_dump_json()
+    previous = state.last_status.get(rank)
+    now = time.monotonic()
+    if previous is not None:
+        previous_phase = json.loads(previous[0]).get("phase")
+        if previous[0] == text:
+            return
+        if previous_phase == phase and now - previous[1] < heartbeat_s:
+            return
+    destination(plan_id).put_text(layout.worker_key(rank, layout.STATUS), text)
+    state.last_status[rank] = (text, now)

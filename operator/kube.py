@@ -1,0 +1,167 @@
+"""The operator's Kubernetes API calls, thin (decisions live in targets.py and status.py).
+
+kopf keeps its own connection for watching; these synchronous calls (the official client) run
+in kopf's handler threads and the recheck loop's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kubernetes as _kubernetes
+from perfdiag.operator.settings import COMPONENT
+from perfdiag.operator.status import Event, now_utc
+from perfdiag.operator.targets import JOB_KINDS, Lookup, TargetObservation, observe, pod_selector
+
+from perfdiag.api.diagnosis import GROUP, KIND, PLURAL, VERSION, Target
+
+# The generated client's signatures want its model classes; the operator speaks plain JSON.
+kubernetes: Any = _kubernetes
+ApiException: type[Exception] = kubernetes.client.ApiException
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def new_api_client() -> Any:
+    """A client for the cluster the operator runs in, or the one $KUBECONFIG names (read now,
+    not when the kubernetes package was imported)."""
+    config = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=config)
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=config
+        )
+    return kubernetes.client.ApiClient(config)
+
+
+def status_of(exc: Exception) -> int | None:
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def _is_missing_kind(exc: Any) -> bool:
+    """A 404 for a resource type the server does not serve (no CRD), not for a missing object."""
+    try:
+        details = json.loads(exc.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return True  # "404 page not found": plain text, the route does not exist
+    return not details.get("name")
+
+
+class Kube:
+    """The calls the operator makes, over one ApiClient."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.core: Any = kubernetes.client.CoreV1Api(api_client)
+        self.custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+
+    # ---- PerfDiagnosis ---------------------------------------------------------------------
+    def get_diagnosis(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        return cast(dict[str, Any], obj)
+
+    def patch_status(
+        self, namespace: str, name: str, status_patch: Mapping[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource, only if the object is still at resource_version
+        (409 Conflict otherwise: someone else changed it, recompute)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status_patch)}
+        obj = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
+        )
+        return cast(dict[str, Any], obj)
+
+    def delete_diagnosis(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, body={"preconditions": {"uid": uid}}
+            )
+        except ApiException as exc:
+            if status_of(exc) not in (404, 409):  # gone already, or a new object of the same name
+                raise
+
+    def post_event(self, obj: Mapping[str, Any], event: Event) -> None:
+        meta = obj["metadata"]
+        stamp = now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+
+    # ---- target ----------------------------------------------------------------------------
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        response = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        return cast(list[dict[str, Any]], json.loads(response.data)["items"])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        return cast(dict[str, Any], json.loads(response.data))
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
+            )
+        except ApiException as exc:
+            if status_of(exc) != 404:
+                raise
+
+    def observe_target(self, namespace: str, target: Target) -> TargetObservation:
+        """Read the target (job object, pods) and decide its state."""
+        if target.kind == "Pods" and target.name is not None:
+            pod = self.get_pod(namespace, target.name)
+            if pod is None:
+                return observe(target, lookup="missing")
+            return observe(target, lookup="found", pods=[pod])
+        job: dict[str, Any] | None = None
+        if target.kind in JOB_KINDS:
+            kind = JOB_KINDS[target.kind]
+            assert target.name is not None
+            lookup: Lookup = "found"
+            try:
+                job = self.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, target.name
+                )
+            except ApiException as exc:
+                if status_of(exc) != 404:
+                    raise
+                lookup = "kind_not_installed" if _is_missing_kind(exc) else "missing"
+            if lookup != "found":
+                return observe(target, lookup=lookup)
+        selector = pod_selector(target)
+        assert selector is not None
+        return observe(target, lookup="found", job=job, pods=self.list_pods(namespace, selector))

@@ -1,0 +1,220 @@
+"""The status of a PerfDiagnosis as pure functions of what the operator observed.
+
+Conditions follow metav1.Condition and kstatus (what Flux and Argo CD read):
+  Ready        True once the diagnosis succeeded (a verdict is in status).
+  Reconciling  True while the operator is making progress or waiting for something that is
+               expected to happen by itself (pods starting, workers capturing).
+  Stalled      True when progress needs someone to act (the target does not exist, it finished
+               before it could be diagnosed). Stalled and Reconciling are never both True.
+  TargetResolved  (domain) whether the target's pods were found.
+All four are always present, so `kubectl wait --for=condition=Stalled=false` works.
+
+A condition's lastTransitionTime only moves when its status changes, and a status computed
+from an unchanged world equals the stored one: reconciling twice writes nothing the second time,
+which is what makes a restarted operator resume without repeating work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from perfdiag.operator.targets import TargetObservation
+
+from perfdiag.api.diagnosis import (
+    TERMINAL_PHASES,
+    Condition,
+    ConditionStatus,
+    PerfDiagnosisSpec,
+    PerfDiagnosisStatus,
+    TargetStatus,
+)
+
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+TARGET_RESOLVED = "TargetResolved"
+OWN_CONDITIONS = (READY, RECONCILING, STALLED, TARGET_RESOLVED)
+
+# Phases after Pending belong to the capture and analysis controllers; in them this module only
+# keeps TargetResolved and observedGeneration current.
+PHASE_ORDER = ("Pending", "Capturing", "Analyzing", "Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Desired:
+    """A condition as the operator wants it (without times and generation)."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the PerfDiagnosis."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+def now_utc() -> datetime:
+    """Now, to the second (what metav1.Time keeps)."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def merge_conditions(
+    current: Iterable[Condition], desired: Iterable[Desired], generation: int, now: datetime
+) -> list[Condition]:
+    """Set the desired conditions, keeping each one's lastTransitionTime while its status holds
+    and keeping conditions this module does not own (written by other controllers) as they are.
+    Order: the desired ones first, in the order given, then the others."""
+    by_type = {c.type: c for c in current}
+    out: list[Condition] = []
+    wanted = list(desired)
+    for want in wanted:
+        old = by_type.get(want.type)
+        since = old.last_transition_time if old is not None and old.status == want.status else now
+        out.append(
+            Condition(
+                type=want.type,
+                status=want.status,
+                reason=want.reason,
+                message=want.message,
+                observed_generation=generation,
+                last_transition_time=since,
+            )
+        )
+    own = {w.type for w in wanted}
+    out.extend(c for c in by_type.values() if c.type not in own)
+    return out
+
+
+def _pending_conditions(obs: TargetObservation, recheck_seconds: float) -> list[Desired]:
+    resolved = Desired(
+        TARGET_RESOLVED, "True" if obs.state == "found" else "False", obs.reason, obs.message
+    )
+    if obs.state == "found":
+        waiting = f"{obs.message}; waiting for the capture to start"
+        return [
+            Desired(READY, "False", "WaitingForCapture", waiting),
+            Desired(RECONCILING, "True", "WaitingForCapture", waiting),
+            Desired(STALLED, "False", obs.reason),
+            resolved,
+        ]
+    if obs.state == "waiting_for_pods":
+        return [
+            Desired(READY, "False", obs.reason, obs.message),
+            Desired(RECONCILING, "True", obs.reason, obs.message),
+            Desired(STALLED, "False", obs.reason),
+            resolved,
+        ]
+    if obs.state == "not_found":
+        stalled = f"{obs.message}; checked again every {recheck_seconds:g}s"
+        return [
+            Desired(READY, "False", obs.reason, obs.message),
+            Desired(RECONCILING, "False", obs.reason),
+            Desired(STALLED, "True", obs.reason, stalled),
+            resolved,
+        ]
+    # finished: nothing left to diagnose, ever
+    return [
+        Desired(READY, "False", obs.reason, obs.message),
+        Desired(RECONCILING, "False", obs.reason),
+        Desired(STALLED, "True", obs.reason, obs.message),
+        resolved,
+    ]
+
+
+def compute_status(
+    current: PerfDiagnosisStatus | None,
+    *,
+    generation: int,
+    observation: TargetObservation,
+    now: datetime,
+    recheck_seconds: float,
+) -> PerfDiagnosisStatus:
+    """The status after observing the target. Never moves the phase backwards."""
+    old = current if current is not None else PerfDiagnosisStatus()
+    if old.phase in TERMINAL_PHASES:
+        return old.model_copy(update={"observed_generation": generation})
+    target = TargetStatus(selector=observation.selector, pods=len(observation.pods))
+    update: dict[str, Any] = {
+        "observed_generation": generation,
+        "target": target,
+        "start_time": old.start_time or now,
+    }
+    if old.phase == "Pending":
+        desired = _pending_conditions(observation, recheck_seconds)
+        if observation.state == "finished":
+            update["phase"] = "Failed"
+            update["completion_time"] = now
+    else:
+        # Capturing/Analyzing: the capture controller owns Ready/Reconciling/Stalled.
+        desired = [
+            d
+            for d in _pending_conditions(observation, recheck_seconds)
+            if d.type == TARGET_RESOLVED
+        ]
+    update["conditions"] = merge_conditions(old.conditions, desired, generation, now)
+    return old.model_copy(update=update)
+
+
+def transition_events(old: PerfDiagnosisStatus | None, new: PerfDiagnosisStatus) -> list[Event]:
+    """Events for what changed: the target's resolution and the phase."""
+    events: list[Event] = []
+    before = old.condition(TARGET_RESOLVED) if old is not None else None
+    after = new.condition(TARGET_RESOLVED)
+    if after is not None and (
+        before is None or (before.status, before.reason) != (after.status, after.reason)
+    ):
+        bad = after.reason in ("TargetNotFound", "TargetFinished")
+        events.append(Event("Warning" if bad else "Normal", after.reason, after.message))
+    old_phase = old.phase if old is not None else None
+    if old_phase is not None and new.phase != old_phase:
+        events.append(Event("Normal", new.phase, f"phase {old_phase} → {new.phase}"))
+    return events
+
+
+def needs_recheck(status: PerfDiagnosisStatus | None, spec: PerfDiagnosisSpec | None) -> bool:
+    """Whether the operator must look at this diagnosis again by itself (not only on changes):
+    every unfinished one (the target may appear, vanish or finish), and finished ones that have
+    a TTL to enforce."""
+    if status is None or status.phase not in TERMINAL_PHASES:
+        return True
+    return spec is not None and spec.ttl_seconds_after_finished is not None
+
+
+def ttl_expired(spec: PerfDiagnosisSpec, status: PerfDiagnosisStatus | None, now: datetime) -> bool:
+    if status is None or status.phase not in TERMINAL_PHASES:
+        return False
+    if spec.ttl_seconds_after_finished is None or status.completion_time is None:
+        return False
+    return now >= status.completion_time + timedelta(seconds=spec.ttl_seconds_after_finished)
+
+
+def needs_cleanup(status: PerfDiagnosisStatus | None) -> bool:
+    """Whether deleting the diagnosis leaves something behind to clean up, so the finalizer is
+    needed: only while capturing, when the plan annotation may sit on the target pods. The
+    analyzer Job is garbage-collected through its ownerReference; storage is kept on purpose."""
+    return status is not None and status.phase == "Capturing"
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning `old` into `new`; empty when they are equal."""
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif key not in old or before != value:
+            patch[key] = value
+    return patch

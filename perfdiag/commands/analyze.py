@@ -1,0 +1,85 @@
+"""`perfdiag analyze SOURCE`: (re-)analyze a capture, or a folder of torch.profiler (Kineto)
+traces, and print the verdict (docs/cli.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from perfdiag.cli import CliError
+from perfdiag.local.progress import Progress
+from perfdiag.local.verdict_text import render_verdict
+from perfdiag.storage import Storage, StorageError, open_storage
+
+EXIT_NO_CAPTURE = 5
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "analyze",
+        help="analyze a capture (or a folder of torch.profiler traces) and print the verdict",
+        description="Analyze SOURCE: the output folder of `perfdiag run` (or its s3:// URI), or "
+        "a folder of Kineto Chrome-trace files (*.json, *.json.gz) written by torch.profiler. "
+        "Writes verdict.json and report.html (into SOURCE unless --out is given).",
+        epilog="exit codes: 0 verdict produced, 1 error, 2 usage, 5 SOURCE holds no capture",
+    )
+    parser.add_argument("source", metavar="SOURCE", help="capture folder, s3:// URI or traces")
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="URI",
+        help="write verdict.json and report.html here instead of into SOURCE",
+    )
+    parser.add_argument("--json", action="store_true", help="print verdict.json on stdout")
+    parser.add_argument(
+        "--expected-ranks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the job had ranks 0..N-1: name the ones missing from the capture",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from perfdiag.analyzer import analyze
+    from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
+
+    source = _open_source(args.source)
+    out = _open(args.out) if args.out else None
+    expected = list(range(args.expected_ranks)) if args.expected_ranks else None
+    progress = Progress(quiet=args.quiet)
+    try:
+        verdict = analyze(source, out, progress=progress, expected_ranks=expected)
+    except NoCaptureError as exc:
+        raise CliError(f"{args.source} holds no capture: {exc}", EXIT_NO_CAPTURE) from exc
+    except AnalyzerError as exc:
+        raise CliError(f"cannot analyze {args.source}: {exc}") from exc
+    except StorageError as exc:
+        hint = "" if args.out else " (use --out to write the verdict elsewhere)"
+        raise CliError(f"{exc}{hint}") from exc
+    location = (out or source).uri
+    if args.json:
+        print(verdict.to_json())
+    else:
+        print(render_verdict(verdict, location=location))
+    return 0
+
+
+def _open_source(text: str) -> Storage:
+    if "://" not in text or text.startswith("file://"):
+        path = Path(text.removeprefix("file://")).expanduser()
+        if not path.exists():
+            raise CliError(f"{text} does not exist")
+        if not path.is_dir():
+            raise CliError(f"{text} is not a folder (give the capture folder or a traces folder)")
+    return _open(text)
+
+
+def _open(text: str) -> Storage:
+    try:
+        return open_storage(text)
+    except StorageError as exc:
+        raise CliError(str(exc)) from exc

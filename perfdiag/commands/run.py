@@ -1,0 +1,184 @@
+"""`perfdiag run [OPTIONS] -- SCRIPT [ARGS]`: run a torchrun-style training job, capture one
+window on all ranks, print the verdict (docs/cli.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from perfdiag.api import Verdict
+from perfdiag.cli import CliError
+from perfdiag.local.output import default_out, prepare_output
+from perfdiag.local.progress import Progress
+from perfdiag.local.target_check import check_target
+from perfdiag.local.torchrun import (
+    add_torchrun_options,
+    local_world_size,
+    nnodes_max,
+    target_from,
+    torchrun_argv,
+)
+from perfdiag.local.verdict_text import render_verdict
+from perfdiag.local.window import WindowSettings
+
+DEFAULT_WARMUP_STEPS = 5
+DEFAULT_CAPTURE_STEPS = 10
+DEFAULT_TIMEOUT_S = 600.0
+
+EPILOG = """\
+examples:
+  perfdiag run --nproc-per-node 4 --out diag/ -- train.py --lr 0.1
+  perfdiag run --nproc-per-node 4 --json -- train.py > verdict.json
+  perfdiag analyze diag/
+
+exit codes: 0 verdict produced (whatever its status), 1 error (bad input, output not
+writable…), 2 usage, 3 the training failed, 4 the capture window did not complete,
+130 interrupted. See docs/cli.md."""
+
+
+def add_capture_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and `demo`."""
+    group = parser.add_argument_group("perfdiag options")
+    group.add_argument(
+        "--warmup-steps",
+        type=_positive_or_zero,
+        default=DEFAULT_WARMUP_STEPS,
+        help=f"training steps before the window (default {DEFAULT_WARMUP_STEPS})",
+    )
+    group.add_argument(
+        "--capture-steps",
+        type=_positive,
+        default=DEFAULT_CAPTURE_STEPS,
+        help=f"steps analysed in the window (default {DEFAULT_CAPTURE_STEPS}; "
+        "one more is profiled first as warm-up)",
+    )
+    group.add_argument(
+        "--out",
+        default=None,
+        metavar="URI",
+        help="where the capture, verdict.json and report.html go: a folder or s3://bucket/prefix "
+        "(default ./perfdiag-<date>-<time>)",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print verdict.json on stdout instead of the summary (training stdout goes to stderr)",
+    )
+    group.add_argument(
+        "--python-stacks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record Python function calls in the window, to name Python hotspots "
+        "(default on; --no-python-stacks lowers the window's overhead)",
+    )
+    group.add_argument(
+        "--keep-raw",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep raw events (events.parquet) next to the summaries (default on)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up waiting for the window after this long (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
+    group.add_argument(
+        "--spool",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the hook's raw spool (Kineto traces) in DIR instead of a temporary folder",
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a training job under torchrun and diagnose it",
+        description="Start a torchrun-style training job with the perfdiag hook, capture "
+        "--capture-steps steps on every rank after --warmup-steps steps, print the verdict, "
+        "and let the training finish.",
+        usage="perfdiag run [TORCHRUN OPTIONS] [PERFDIAG OPTIONS] [--] SCRIPT [SCRIPT ARGS]",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_capture_options(parser)
+    add_torchrun_options(parser)
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="SCRIPT [ARGS]",
+        help="the training script and its arguments (or a module with -m)",
+    )
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from perfdiag.runner import LocalRun, run_local
+
+    target = target_from(args)
+    multi_node = nnodes_max(args) > 1
+    settings = window_settings(args, local_ranks=local_world_size(args))
+    check_target(target, dict(os.environ))  # before the output folder is created
+    storage = prepare_output(args.out or default_out(), shared=multi_node)
+    run = LocalRun(
+        torchrun_argv=torchrun_argv(args, target),
+        target=target,
+        settings=settings,
+        multi_node=multi_node,
+        json_output=args.json,
+        spool_dir=args.spool,
+    )
+    progress = Progress(quiet=args.quiet)
+    run_local(run, storage, progress, lambda verdict: print_verdict(verdict, args, storage.uri))
+    return 0
+
+
+def window_settings(args: argparse.Namespace, *, local_ranks: int) -> WindowSettings:
+    _require_torch()
+    if args.timeout <= 0:
+        raise CliError("--timeout must be positive", 2)
+    return WindowSettings(
+        local_ranks=local_ranks,
+        warmup_steps=args.warmup_steps,
+        capture_steps=args.capture_steps,
+        python_stacks=args.python_stacks,
+        keep_raw=args.keep_raw,
+        timeout_s=args.timeout,
+    )
+
+
+def print_verdict(verdict: Verdict, args: argparse.Namespace, location: str) -> None:
+    if args.json:
+        print(verdict.to_json(), flush=True)
+    else:
+        print("\n" + render_verdict(verdict, location=location) + "\n", flush=True)
+
+
+def _require_torch() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise CliError(
+            "torch is not installed in this Python environment; perfdiag runs the training "
+            "with the Python it runs on (pip install 'perfdiag[torch]')"
+        )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_or_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value

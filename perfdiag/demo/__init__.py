@@ -1,0 +1,2 @@
+"""The bundled demo: a DDP training script (`train.py`) and the fault scenarios it can inject,
+with what perfdiag should conclude for each (`scenarios.py`)."""

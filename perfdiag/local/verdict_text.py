@@ -1,0 +1,55 @@
+"""The verdict as a person reads it in a terminal (verdict.json holds the same, for tools)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from perfdiag.api import Verdict
+
+_MAX_FINDINGS = 5
+
+
+def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
+    """A short block: status and summary, step time per rank, top findings, where files are."""
+    lines = [f"perfdiag verdict: {verdict.status.upper()}"]
+    lines += textwrap.wrap(verdict.summary, width=96, initial_indent="  ", subsequent_indent="  ")
+    culprits = {rank for finding in verdict.findings[:1] for rank in finding.ranks}
+    missing = {worker.rank for worker in verdict.workers if worker.state != "ok"}
+    per_rank = verdict.window.step_time_ms.per_rank
+    if per_rank:
+        cells = []
+        for rank_text, ms in sorted(per_rank.items(), key=lambda item: int(item[0])):
+            mark = " <" if int(rank_text) in culprits else ""
+            cells.append(f"{rank_text}: {ms:.1f}{mark}")
+        lines.append(
+            f"  step time, ms (median of steps {verdict.window.start_step}"
+            f"–{verdict.window.start_step + verdict.window.steps - 1}, per rank):"
+        )
+        lines += textwrap.wrap(
+            "   ".join(cells), width=96, initial_indent="    ", subsequent_indent="    "
+        )
+    if missing:
+        states = ", ".join(f"rank {w.rank} {w.state}" for w in verdict.workers if w.state != "ok")
+        lines.append(f"  workers not captured: {states}")
+    if verdict.findings:
+        lines.append("  findings (most severe first):")
+        for index, finding in enumerate(verdict.findings[:_MAX_FINDINGS], start=1):
+            ranks = ",".join(str(rank) for rank in finding.ranks) or "-"
+            where = f" {finding.function}" if finding.function else ""
+            head = (
+                f"{index}. {finding.kind} · {finding.category} · rank {ranks} · "
+                f"severity {finding.severity:.2f}{where}"
+            )
+            lines += textwrap.wrap(
+                head, width=96, initial_indent="    ", subsequent_indent="       "
+            )
+            lines += textwrap.wrap(
+                finding.message, width=96, initial_indent="       ", subsequent_indent="       "
+            )
+        if len(verdict.findings) > _MAX_FINDINGS:
+            lines.append(f"    … {len(verdict.findings) - _MAX_FINDINGS} more in verdict.json")
+    if location:
+        base = location.rstrip("/")
+        lines.append(f"  verdict: {base}/verdict.json")
+        lines.append(f"  report:  {base}/report.html")
+    return "\n".join(lines)

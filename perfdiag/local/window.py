@@ -1,0 +1,249 @@
+"""One capture window on this node's ranks: wait for the warm-up steps, write the plan, turn
+each rank's window into its worker files as soon as the rank finishes it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfdiag.api import Plan
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
+from perfdiag.local.progress import Progress
+from perfdiag.storage import Storage, layout
+
+POLL_S = 0.2
+# When some ranks have reached the warm-up step, how long to wait for ranks that never wrote a
+# heartbeat (their hook did not load) before capturing without them.
+MISSING_RANK_GRACE_S = 60.0
+# After this long with no step counted, explain how perfdiag counts steps.
+NO_STEP_HINT_AFTER_S = 60.0
+
+NO_STEPS_HINT = (
+    "perfdiag counts a step at each torch.optim optimizer.step(); a loop without a torch "
+    "optimizer must call perfdiag.collector.step() once per iteration"
+)
+
+
+class TrainingEnded(Exception):
+    """The training exited while perfdiag was waiting (code = torchrun's exit code)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"training exited with code {code}")
+        self.code = code
+
+
+class Interrupted(Exception):
+    """The user asked to stop (Ctrl-C or SIGTERM, already forwarded to the training)."""
+
+
+@dataclass
+class WindowState:
+    """What the window has produced so far."""
+
+    plan: Plan | None = None
+    ranks: list[int] = field(default_factory=list)
+    world_size: int | None = None
+    statuses: dict[int, WorkerStatus] = field(default_factory=dict)
+    max_step_seen: int = 0
+    plan_written_at: float | None = None
+
+    @property
+    def missing(self) -> list[int]:
+        return [rank for rank in self.ranks if rank not in self.statuses]
+
+    @property
+    def captured(self) -> list[int]:
+        return [rank for rank, status in sorted(self.statuses.items()) if status.phase == "done"]
+
+
+@dataclass
+class WindowSettings:
+    local_ranks: int
+    warmup_steps: int
+    capture_steps: int
+    python_stacks: bool
+    keep_raw: bool
+    timeout_s: float
+    write_plan_to_storage: bool = True
+
+
+class WindowCoordinator:
+    """Drives one window. `check` is called at every poll: it raises TrainingEnded when the
+    training has exited and Interrupted when the user asked to stop."""
+
+    def __init__(
+        self,
+        settings: WindowSettings,
+        spool_dir: Path,
+        plan_path: Path,
+        storage: Storage,
+        progress: Progress,
+        check: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.spool_dir = spool_dir
+        self.plan_path = plan_path
+        self.storage = storage
+        self.progress = progress
+        self.check = check
+        self.state = WindowState()
+
+    # -- phase 1: warm-up -------------------------------------------------------------------
+
+    def wait_for_warmup(self) -> None:
+        """Return once every rank of this node has finished --warmup-steps steps."""
+        want, ready_since = self.settings.warmup_steps, None
+        started = time.monotonic()
+        hinted = False
+        while True:
+            self.check()
+            beats = self._beats()
+            ready = [beat for beat in beats.values() if beat.step >= want]
+            if len(ready) >= self.settings.local_ranks:
+                return
+            now = time.monotonic()
+            if ready and ready_since is None:
+                ready_since = now
+            if ready_since is not None and now - ready_since > MISSING_RANK_GRACE_S:
+                self.progress(
+                    f"only {len(beats)} of {self.settings.local_ranks} ranks report to perfdiag; "
+                    "capturing those"
+                )
+                return
+            if (
+                not hinted
+                and self.state.max_step_seen == 0
+                and now - started > (NO_STEP_HINT_AFTER_S)
+            ):
+                hinted = True
+                self.progress(f"no training step counted yet: {NO_STEPS_HINT}")
+            self.progress.status(self._warmup_text(beats))
+            time.sleep(POLL_S)
+
+    def _warmup_text(self, beats: dict[int, RankBeat]) -> str:
+        n, want = self.settings.local_ranks, self.settings.warmup_steps
+        if not beats:
+            return f"waiting for {n} ranks to start…"
+        at = sum(1 for beat in beats.values() if beat.step >= want)
+        return f"waiting for {n} ranks to reach step {want} ({at}/{n} there; {steps_text(beats)})…"
+
+    # -- phase 2: the window ----------------------------------------------------------------
+
+    def request_capture(self) -> Plan:
+        beats = self._beats()
+        self.state.ranks = sorted(beats)
+        worlds = {beat.world_size for beat in beats.values() if beat.world_size}
+        self.state.world_size = max(worlds) if worlds else len(beats)
+        plan = Plan.new(
+            steps=self.settings.capture_steps,
+            python_stacks=self.settings.python_stacks,
+            timeout_s=self.settings.timeout_s,
+        )
+        plan.write_atomic(self.plan_path)
+        if self.settings.write_plan_to_storage:
+            self.storage.put_text(layout.PLAN, plan.to_json())
+        self.state.plan = plan
+        self.state.plan_written_at = time.monotonic()
+        self.progress(
+            f"ranks passed step {min(b.step for b in beats.values())}: capturing "
+            f"{self.settings.capture_steps} steps (+1 profiler warm-up) on "
+            f"{len(beats)} ranks…"
+        )
+        return plan
+
+    def collect(self) -> WindowState:
+        """Process each rank's window as it completes, until all are done or --timeout passes.
+
+        Raises TrainingEnded/Interrupted from `check`; windows completed before that are in
+        `self.state` (the caller may still analyze them)."""
+        assert self.state.plan is not None and self.state.plan_written_at is not None
+        deadline = self.state.plan_written_at + self.settings.timeout_s
+        while True:
+            self.process_completed()
+            if not self.state.missing:
+                return self.state
+            self.check()
+            if time.monotonic() > deadline:
+                self.progress(
+                    f"the window did not complete within {self.settings.timeout_s:.0f} s on "
+                    f"rank(s) {', '.join(map(str, self.state.missing))}"
+                )
+                self.record_missing("window not completed within --timeout")
+                return self.state
+            self.progress.status(self._capture_text())
+            time.sleep(POLL_S)
+
+    def process_completed(self) -> None:
+        """Turn every completed, not yet processed rank window into worker files."""
+        from perfdiag.collector.agent import process_window, window_complete
+
+        plan = self.state.plan
+        assert plan is not None
+        for rank in self.state.missing:
+            if not window_complete(self.spool_dir, rank, plan.id):
+                continue
+            self.progress(f"processing rank {rank}…")
+            try:
+                status = process_window(
+                    self.spool_dir, rank, plan.id, self.storage, keep_raw=self.settings.keep_raw
+                )
+            except Exception as exc:  # one bad window must not lose the others
+                status = self._failed_status(rank, f"processing the window failed: {exc}")
+                self.storage.put_text(
+                    layout.worker_key(rank, layout.STATUS), status.model_dump_json()
+                )
+            if status.phase != "done":
+                self.progress(f"rank {rank}: no usable window ({status.error or status.phase})")
+            self.state.statuses[rank] = status
+
+    def record_missing(self, reason: str) -> None:
+        """Write status.json for ranks whose window never completed, so the analysis names
+        them (state missing) instead of silently comparing fewer workers."""
+        beats = self._beats()
+        for rank in self.state.missing:
+            beat = beats.get(rank)
+            status = self._failed_status(rank, reason, beat)
+            self.storage.put_text(layout.worker_key(rank, layout.STATUS), status.model_dump_json())
+
+    def _failed_status(self, rank: int, error: str, beat: RankBeat | None = None) -> WorkerStatus:
+        plan = self.state.plan
+        return WorkerStatus(
+            rank=rank,
+            plan_id=plan.id if plan else None,
+            phase="failed",
+            step=beat.step if beat else 0,
+            updated_unix=time.time(),
+            error=error,
+        )
+
+    def _capture_text(self) -> str:
+        beats = {rank: beat for rank, beat in self._beats().items() if rank in self.state.missing}
+        done = len(self.state.statuses)
+        phases: dict[str, int] = {}
+        for beat in beats.values():
+            phases[beat.phase] = phases.get(beat.phase, 0) + 1
+        doing = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
+        return (
+            f"capturing on {len(self.state.ranks)} ranks: {done} done"
+            + (f", {doing}" if doing else "")
+            + (f" ({steps_text(beats)})" if beats else "")
+            + "…"
+        )
+
+    def _beats(self) -> dict[int, RankBeat]:
+        beats = read_beats(self.spool_dir)
+        if beats:
+            self.state.max_step_seen = max(
+                self.state.max_step_seen, max(beat.step for beat in beats.values())
+            )
+        return beats
+
+    def window_needs_text(self) -> str:
+        s = self.settings
+        return (
+            f"the window needs {s.warmup_steps} warm-up + {s.capture_steps + 1} captured steps "
+            "(plus the steps that pass while the ranks pick up the plan, about a second)"
+        )

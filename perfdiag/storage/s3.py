@@ -1,0 +1,457 @@
+"""S3-compatible storage through the minio client, with the semantics of LocalStorage.
+
+- Atomic objects: a single PUT, or a multipart upload that becomes visible only when completed
+  (a failed one is aborted; readers never see part of an object).
+- Transient failures (connection refused/reset, timeouts, 5xx, SlowDown) are retried with
+  exponential backoff and jitter for a bounded time, then raise StorageUnavailable naming the
+  endpoint. The minio client's own urllib3 retries are off and its timeouts short, so an
+  outage surfaces within that policy instead of urllib3's five-minute defaults.
+- Permanent failures (credentials rejected, bucket missing, access denied) raise StorageError at
+  once with a message saying what to fix.
+
+Configuration comes from the standard variables: endpoint AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL
+or S3_ENDPOINT (http:// or https:// decides TLS); AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+AWS_SESSION_TOKEN; AWS_REGION or AWS_DEFAULT_REGION; AWS_CA_BUNDLE or SSL_CERT_FILE for TLS.
+PERFDIAG_S3_RETRY_SECONDS bounds the retrying of one operation, counted from its first failure
+(default 60).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import certifi
+import urllib3
+from minio import Minio
+from minio.error import InvalidResponseError, S3Error, ServerError
+from minio.helpers import check_bucket_name
+
+from perfdiag.storage.base import (
+    Storage,
+    StorageError,
+    StorageNotFound,
+    StorageUnavailable,
+    check_key,
+)
+
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+RETRY_SECONDS_VARIABLE = "PERFDIAG_S3_RETRY_SECONDS"
+DEFAULT_ENDPOINT = "https://s3.amazonaws.com"
+
+# Objects up to one part go up in a single PUT; larger ones as multipart in parts of this size.
+PART_SIZE = 16 << 20
+PARALLEL_PARTS = 2
+_CHUNK = 1 << 20
+
+_CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "InvalidClientTokenId",
+        "TokenRefreshRequired",
+    }
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "ServiceUnavailable",
+        "InternalError",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "XMinioServerNotInitialized",
+        "XMinioReadQuorum",
+        "XMinioWriteQuorum",
+    }
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one storage operation keeps trying through transient failures (counted from
+    its first failure), and the socket timeouts that turn a silent server into a failure."""
+
+    max_elapsed_s: float = 60.0
+    initial_delay_s: float = 0.2
+    max_delay_s: float = 5.0
+    connect_timeout_s: float = 3.0
+    # Per socket read: a healthy server answers a part upload well within this.
+    read_timeout_s: float = 60.0
+
+    def delays(self) -> Iterator[float]:
+        """Exponential backoff with jitter (half fixed, half random) so clients spread out."""
+        delay = self.initial_delay_s
+        while True:
+            yield delay / 2 + random.uniform(0, delay / 2)
+            delay = min(delay * 2, self.max_delay_s)
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    access_key: str | None
+    secret_key: str | None
+    session_token: str | None = None
+    source: str = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix/` → ("bucket", "some/prefix")."""
+    if not uri.startswith("s3://"):
+        raise StorageError(f"not an S3 URI: {uri!r} (expected s3://bucket/prefix)")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise StorageError(f"S3 URI {uri!r} names no bucket (expected s3://bucket/prefix)")
+    try:
+        check_bucket_name(bucket)
+    except ValueError as exc:
+        raise StorageError(f"S3 URI {uri!r}: {exc}") from exc
+    prefix = prefix.strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise StorageError(f"S3 URI {uri!r}: the prefix must be a plain '/'-separated path")
+    return bucket, prefix
+
+
+def endpoint_from_env(environ: Mapping[str, str]) -> str:
+    for name in ENDPOINT_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value:
+            return value if "://" in value else f"https://{value}"
+    return DEFAULT_ENDPOINT
+
+
+def credentials_from_env(environ: Mapping[str, str]) -> S3Credentials:
+    access_key = environ.get("AWS_ACCESS_KEY_ID") or None
+    secret_key = environ.get("AWS_SECRET_ACCESS_KEY") or None
+    if (access_key is None) != (secret_key is None):
+        missing = "AWS_SECRET_ACCESS_KEY" if secret_key is None else "AWS_ACCESS_KEY_ID"
+        raise StorageError(f"S3 credentials are incomplete: {missing} is not set")
+    token = environ.get("AWS_SESSION_TOKEN") or None
+    source = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY" + (" / AWS_SESSION_TOKEN" if token else "")
+    if access_key is None:
+        source = "none (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set)"
+    return S3Credentials(access_key, secret_key, token, source)
+
+
+class S3Storage(Storage):
+    """Keys live under `s3://<bucket>/<prefix>/` on one S3-compatible endpoint."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str,
+        credentials: S3Credentials,
+        region: str | None = None,
+        retry: RetryPolicy | None = None,
+        part_size: int = PART_SIZE,
+        ca_file: str | None = None,
+    ) -> None:
+        self.bucket, self.prefix = parse_s3_uri(f"s3://{bucket}/{prefix}")
+        parts = urlsplit(endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise StorageError(
+                f"S3 endpoint {endpoint_url!r} is not an http:// or https:// URL "
+                f"(set by {' / '.join(ENDPOINT_VARIABLES)})"
+            )
+        if parts.path.strip("/") or parts.query:
+            raise StorageError(f"S3 endpoint {endpoint_url!r} must not have a path")
+        self.endpoint_url = f"{parts.scheme}://{parts.netloc}"
+        self.credentials = credentials
+        self.retry = retry or RetryPolicy()
+        self.part_size = part_size
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(
+                connect=self.retry.connect_timeout_s, read=self.retry.read_timeout_s
+            ),
+            retries=False,  # retrying is ours (see _call)
+            maxsize=8,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=ca_file or certifi.where(),
+        )
+        self.client = Minio(
+            parts.netloc,
+            access_key=credentials.access_key,
+            secret_key=credentials.secret_key,
+            session_token=credentials.session_token,
+            secure=parts.scheme == "https",
+            region=region,
+            http_client=http,
+        )
+        self._bucket_checked = threading.Event()
+
+    @classmethod
+    def from_uri(cls, uri: str, environ: Mapping[str, str] | None = None) -> S3Storage:
+        """`s3://bucket/prefix` configured from the standard environment variables."""
+        env = os.environ if environ is None else environ
+        bucket, prefix = parse_s3_uri(uri)
+        region = next((env[name] for name in REGION_VARIABLES if env.get(name)), None)
+        retry = RetryPolicy()
+        if env.get(RETRY_SECONDS_VARIABLE):
+            try:
+                retry = RetryPolicy(max_elapsed_s=float(env[RETRY_SECONDS_VARIABLE]))
+            except ValueError as exc:
+                raise StorageError(
+                    f"{RETRY_SECONDS_VARIABLE}={env[RETRY_SECONDS_VARIABLE]!r} is not a number"
+                ) from exc
+        return cls(
+            bucket,
+            prefix,
+            endpoint_url=endpoint_from_env(env),
+            credentials=credentials_from_env(env),
+            region=region,
+            retry=retry,
+            ca_file=env.get("AWS_CA_BUNDLE") or env.get("SSL_CERT_FILE") or None,
+        )
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def _name(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        name = self._name(key)
+        self._call(
+            "write",
+            self.uri_of(key),
+            lambda: self.client.put_object(
+                self.bucket,
+                name,
+                io.BytesIO(data),
+                len(data),
+                part_size=self.part_size,
+                num_parallel_uploads=PARALLEL_PARTS,
+            ),
+        )
+
+    def get_bytes(self, key: str) -> bytes:
+        name = self._name(key)
+
+        def read() -> bytes:
+            response = self.client.get_object(self.bucket, name)
+            try:
+                data: bytes = response.read()
+                return data
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call("read", self.uri_of(key), read)
+
+    def put_file(self, key: str, path: Path) -> None:
+        name = self._name(key)
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+        def upload() -> None:
+            # Reopened on every attempt: a retry restarts the upload from the first byte.
+            with path.open("rb") as source:
+                self.client.put_object(
+                    self.bucket,
+                    name,
+                    source,
+                    size,
+                    part_size=self.part_size,
+                    num_parallel_uploads=PARALLEL_PARTS,
+                )
+
+        self._call("upload", self.uri_of(key), upload)
+
+    def get_file(self, key: str, path: Path) -> None:
+        name = self._name(key)
+
+        def download() -> None:
+            response = self.client.get_object(self.bucket, name)
+            try:
+                _write_atomically(path, response.stream(_CHUNK))
+            finally:
+                response.close()
+                response.release_conn()
+
+        self._call("download", self.uri_of(key), download)
+
+    def exists(self, key: str) -> bool:
+        name = self._name(key)
+
+        def stat() -> bool:
+            try:
+                self.client.stat_object(self.bucket, name)
+            except S3Error as exc:
+                if exc.code == "NoSuchKey":
+                    return False
+                raise
+            return True
+
+        return self._call("check", self.uri_of(key), stat)
+
+    def list(self, prefix: str = "") -> list[str]:
+        # Same meaning as LocalStorage: `prefix` names a key or a folder, never a partial name.
+        wanted = prefix.strip("/")
+        root = f"{self.prefix}/" if self.prefix else ""
+        search = f"{root}{wanted}" if wanted else root
+
+        def list_keys() -> list[str]:
+            keys = []
+            for obj in self.client.list_objects(self.bucket, prefix=search or None, recursive=True):
+                key = str(obj.object_name)[len(root) :]
+                if not wanted or key == wanted or key.startswith(f"{wanted}/"):
+                    keys.append(key)
+            return sorted(keys)
+
+        return self._call("list", self.uri_of(wanted) if wanted else self.uri, list_keys)
+
+    def delete(self, key: str) -> None:
+        name = self._name(key)
+        # S3 DELETE of a missing key succeeds: idempotent like LocalStorage.delete.
+        self._call("delete", self.uri_of(key), lambda: self.client.remove_object(self.bucket, name))
+
+    # -- errors and retries -------------------------------------------------------------------
+
+    def _check_bucket(self) -> None:
+        """Once per instance: a listing request, whose XML error tells a missing bucket from
+        rejected credentials (HEAD requests carry no error body and cannot)."""
+        if self._bucket_checked.is_set():
+            return
+
+        def first_key() -> None:
+            try:
+                next(iter(self.client.list_objects(self.bucket, prefix=self.prefix or None)), None)
+            except S3Error as exc:
+                if exc.code != "AccessDenied":  # may write without the right to list: fine
+                    raise
+
+        self._call("open", self.uri, first_key, check_bucket=False)
+        self._bucket_checked.set()
+
+    def _call(
+        self, what: str, uri: str, operation: Callable[[], T], *, check_bucket: bool = True
+    ) -> T:
+        if check_bucket:
+            self._check_bucket()
+        delays = self.retry.delays()
+        attempts = 0
+        failing_since: float | None = None
+        while True:
+            attempts += 1
+            try:
+                return operation()
+            except StorageError:
+                raise
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise self._permanent_error(what, uri, exc) from exc
+                last = exc
+            # The budget counts from the first failure: a long upload that fails late still
+            # gets its full share of retries.
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            delay = next(delays)
+            if now - failing_since + delay > self.retry.max_elapsed_s:
+                raise StorageUnavailable(
+                    f"S3 endpoint {self.endpoint_url} unavailable: {what} {uri} failed "
+                    f"{attempts} {'attempt' if attempts == 1 else 'attempts'} over "
+                    f"{now - failing_since:.1f} s; last error: {_describe(last)}"
+                ) from last
+            time.sleep(delay)
+
+    def _permanent_error(self, what: str, uri: str, exc: Exception) -> StorageError:
+        at = f"at {self.endpoint_url}"
+        if isinstance(exc, S3Error):
+            if exc.code == "NoSuchKey":
+                return StorageNotFound(f"{uri} does not exist")
+            if exc.code == "NoSuchBucket":
+                return StorageError(
+                    f"bucket {self.bucket!r} does not exist {at} (create it or fix the URI {uri})"
+                )
+            if exc.code in _CREDENTIAL_CODES:
+                return StorageError(
+                    f"{self.endpoint_url} rejected the credentials ({exc.code}) while trying to "
+                    f"{what} {uri}: check {self.credentials.source}"
+                )
+            if exc.code == "AccessDenied":
+                return StorageError(
+                    f"access denied {at} to {what} {uri} with the credentials from "
+                    f"{self.credentials.source}"
+                )
+            return StorageError(f"cannot {what} {uri} {at}: {exc.code}: {exc.message}")
+        if isinstance(exc, urllib3.exceptions.SSLError):
+            return StorageError(
+                f"TLS with {self.endpoint_url} failed while trying to {what} {uri}: {exc} "
+                "(AWS_CA_BUNDLE / SSL_CERT_FILE name the CA to trust)"
+            )
+        if isinstance(exc, OSError):
+            return StorageError(f"cannot {what} {uri}: {exc.strerror or exc}")
+        return StorageError(f"cannot {what} {uri} {at}: {_describe(exc)}")
+
+
+def _status_of(exc: Exception) -> int | None:
+    if isinstance(exc, S3Error):
+        return int(exc.response.status) if exc.response is not None else None
+    if isinstance(exc, ServerError):
+        return exc.status_code
+    if isinstance(exc, InvalidResponseError):
+        code = getattr(exc, "_code", None)
+        return code if isinstance(code, int) else None
+    return None
+
+
+def _is_transient(exc: Exception) -> bool:
+    if isinstance(exc, S3Error) and exc.code in _TRANSIENT_CODES:
+        return True
+    status = _status_of(exc)
+    if status is not None:
+        return status >= 500 or status == 429
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return False
+    # Refused, reset, closed mid-body, timed out.
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return f"cannot connect ({str(exc).rpartition(': ')[2]})"
+    if isinstance(exc, S3Error):
+        return f"{exc.code}: {exc.message}"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _write_atomically(path: Path, chunks: Iterator[bytes]) -> None:
+    """Stream into a temporary file beside `path`, then rename: readers never see a part."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

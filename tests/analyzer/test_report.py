@@ -1,0 +1,157 @@
+"""report.html: self-contained, and actually rendered by a browser (headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from html.parser import HTMLParser
+from pathlib import Path
+
+from perfdiag.analyzer import analyze
+from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.analyzer.report import render_report
+
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.storage import layout
+from perfdiag.storage.local import LocalStorage
+from tests.analyzer.conftest import Fault, SyntheticJob, capture_of, run_chromium, write_capture
+
+TOKENIZE = "train.py(57): tokenize"
+
+# Appended to a COPY of the report (the report itself has no script): measures what the
+# browser laid out and painted, and writes it into the DOM for --dump-dom.
+PROBE = """<script>
+(function () {
+  function box(el) {
+    el.scrollIntoView({block: "center"});
+    const b = el.getBoundingClientRect();
+    const hit = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
+    return {w: b.width, h: b.height, fill: getComputedStyle(el).fill, painted: hit === el,
+            title: (el.querySelector("title") || {}).textContent || ""};
+  }
+  const out = {
+    bars: Array.from(document.querySelectorAll("svg.chart rect.bar")).map(box),
+    cells: Array.from(document.querySelectorAll("svg.heatmap rect.cell")).map(box),
+    flags: document.querySelectorAll("svg.heatmap rect.flag").length,
+    segments: Array.from(document.querySelectorAll("svg.chart rect.segment")).map(box),
+    summary: document.querySelector(".summary").innerText,
+    badge: getComputedStyle(document.querySelector(".badge")).backgroundColor,
+    width: document.documentElement.scrollWidth,
+  };
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def _probe(report: Path, work: Path) -> dict[str, object]:
+    harness = work / "probe.html"
+    harness.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
+    dom = run_chromium(harness, work, "--window-size=1400,1000", "--dump-dom")
+    match = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert match, f"probe did not run; DOM tail: {dom[-500:]}"
+    data: dict[str, object] = json.loads(unescape(match.group(1)))
+    return data
+
+
+class _References(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[str] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "data", "poster") and value:
+                self.refs.append(value)
+
+
+def _report_of(job: SyntheticJob, **capture_kwargs: object) -> str:
+    table, metas = job.build()
+    return render_report(analyze_capture(capture_of(table, metas, **capture_kwargs)))  # type: ignore[arg-type]
+
+
+def test_report_is_self_contained() -> None:
+    html = _report_of(SyntheticJob(n_ranks=4, seed=1, faults=[Fault([2], TOKENIZE, "python", 40)]))
+    parser = _References()
+    parser.feed(html)
+    assert parser.refs == []  # no src/href at all: nothing to fetch
+    assert "script" not in parser.tags and "link" not in parser.tags
+    assert "iframe" not in parser.tags and "img" not in parser.tags
+    assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", html, re.I)
+    assert "@import" not in html and "url(" not in html
+    assert html.count("<svg") >= 3  # step time, breakdown, heatmap
+
+
+def test_report_escapes_function_names() -> None:
+    evil = "<script>alert(1)</script>"
+    html = _report_of(SyntheticJob(n_ranks=4, seed=2, faults=[Fault([1], evil, "python", 40)]))
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "capture")
+    table, metas = SyntheticJob(
+        n_ranks=6, seed=3, faults=[Fault([2], TOKENIZE, "python", 40)]
+    ).build()
+    gone = WorkerStatus(rank=5, phase="capturing", step=9, last_step_unix=1.0, updated_unix=2.0)
+    write_capture(storage, table, metas, drop=[5], statuses={5: gone})
+    verdict = analyze(storage)
+    assert verdict.status == "incomplete"
+    report = storage.local_path(layout.REPORT)
+    assert report is not None
+
+    probe = _probe(report, tmp_path)
+    bars = probe["bars"]
+    assert isinstance(bars, list) and len(bars) == 6  # 5 analysed + the missing one's placeholder
+    assert all(b["w"] > 5 and b["h"] > 5 for b in bars)
+    culprit = bars[2]
+    assert culprit["fill"] == "rgb(214, 39, 40)" and culprit["painted"]
+    assert "rank 2" in culprit["title"] and "median step" in culprit["title"]
+    assert bars[5]["fill"] == "none" and "missing" in bars[5]["title"]
+    assert all(b["fill"] == "rgb(78, 121, 167)" for i, b in enumerate(bars) if i not in (2, 5))
+
+    cells = probe["cells"]
+    assert isinstance(cells, list) and len(cells) >= 5 * 10  # ≥ 10 functions × 5 ranks
+    assert len(cells) % 5 == 0
+    assert all(c["w"] > 5 and c["h"] > 5 and c["painted"] for c in cells)
+    assert any(TOKENIZE in c["title"] and "OUTLIER" in c["title"] for c in cells)
+    assert probe["flags"] == 1  # rank 2 × tokenize
+
+    segments = probe["segments"]
+    assert isinstance(segments, list) and len(segments) >= 5 * 4
+    assert all(s["w"] > 5 and s["painted"] for s in segments if s["h"] > 2)
+    assert "Rank 5 is missing" in str(probe["summary"])
+    assert probe["badge"] == "rgb(84, 110, 122)"  # the 'incomplete' colour
+    assert probe["width"] <= 1400  # nothing overflows the window horizontally
+
+    shot = tmp_path / "report.png"
+    run_chromium(report, tmp_path, "--window-size=1400,2000", f"--screenshot={shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 50_000  # charts and text, not a blank page
+
+
+def test_report_of_many_ranks_shows_a_readable_subset(tmp_path: Path) -> None:
+    html = _report_of(
+        SyntheticJob(n_ranks=200, seed=4, faults=[Fault([137], TOKENIZE, "python", 40)])
+    )
+    report = tmp_path / "report.html"
+    report.write_text(html)
+    probe = _probe(report, tmp_path)
+    bars = probe["bars"]
+    assert isinstance(bars, list) and len(bars) == 64
+    assert sum(b["fill"] == "rgb(214, 39, 40)" for b in bars) == 1
+    assert any("rank 137" in b["title"] for b in bars)
+    assert "Showing 64 of 200 ranks" in html
+    assert probe["width"] <= 1400
+
+
+def test_healthy_report_says_so() -> None:
+    html = _report_of(SyntheticJob(n_ranks=4, seed=5))
+    assert 'class="badge healthy"' in html
+    assert "No finding above the reporting threshold" in html

@@ -1,0 +1,94 @@
+"""What a person reads: the verdict block, progress lines, and training failure messages."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from perfdiag.local.failure import failed_ranks, training_failed_message
+from perfdiag.local.progress import Progress
+from perfdiag.local.training import OutputTail
+from perfdiag.local.verdict_text import render_verdict
+
+
+def test_verdict_block_names_status_culprit_and_files(make_verdict: Any, finding: Any) -> None:
+    verdict = make_verdict(findings=[finding([2], severity=0.34)])
+    text = render_verdict(verdict, location="/tmp/diag/")
+    assert text.startswith("perfdiag verdict: DEGRADED")
+    assert "Rank 2 is 52% slower" in text
+    assert "2: 31.0 <" in text and "0: 20.0 <" not in text
+    assert "slow_worker · python · rank 2 · severity 0.34 train.py(40): tokenize" in text
+    assert "/tmp/diag/verdict.json" in text and "/tmp/diag/report.html" in text
+
+
+def test_verdict_block_for_healthy_and_incomplete_runs(make_verdict: Any) -> None:
+    healthy = render_verdict(make_verdict(status="healthy"))
+    assert "HEALTHY" in healthy and "findings" not in healthy and "<" not in healthy
+    incomplete = render_verdict(make_verdict(status="incomplete", missing=(3,)))
+    assert "workers not captured: rank 3 missing" in incomplete
+
+
+def test_many_findings_are_cut_short(make_verdict: Any, finding: Any) -> None:
+    verdict = make_verdict(findings=[finding([r % 4], severity=0.5 - r / 100) for r in range(8)])
+    assert "… 3 more in verdict.json" in render_verdict(verdict)
+
+
+def test_progress_skips_repeats_and_rate_limits_status() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, min_interval_s=3600)
+    progress("a")
+    progress("a")
+    progress.status("waiting 1")
+    progress.status("waiting 2")  # within the interval: not shown
+    progress("b")
+    assert stream.getvalue().splitlines() == ["perfdiag: a", "perfdiag: waiting 1", "perfdiag: b"]
+    quiet = io.StringIO()
+    Progress(quiet, quiet=True)("x")
+    assert quiet.getvalue() == ""
+
+
+def test_output_tail_keeps_the_last_lines_across_chunks() -> None:
+    tail = OutputTail(max_lines=3)
+    tail.feed("stdout", b"one\ntw")
+    tail.feed("stderr", b"err1\r\n")
+    tail.feed("stdout", b"o\nthree\nfour\npartial")
+    assert tail.lines() == ["three", "four", "partial"]
+    tail.feed("stdout", b"\xff\n")  # undecodable bytes do not break it
+    assert tail.lines()[-1] == "partial\ufffd"
+    tail.feed("stderr", "é".encode()[:1])  # a character split across two reads
+    tail.feed("stderr", "é\n".encode()[1:])
+    assert tail.lines()[-1] == "é"
+
+
+# The failure summary torchrun prints when a worker fails (torch.distributed.elastic).
+TORCHRUN_FAILURE = """\
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/tmp/train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2025-11-21_23:47:25
+  host      : box
+  rank      : 3 (local_rank: 3)
+  exitcode  : -15 (pid: 4242)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-11-21_23:47:25
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : 7 (pid: 4240)
+  error_file: <N/A>
+============================================================"""
+
+
+def test_failed_ranks_from_torchrun_summary() -> None:
+    lines = TORCHRUN_FAILURE.splitlines()
+    assert failed_ranks(lines) == {3: -15, 1: 7}
+    message = training_failed_message(1, lines, steps_seen=4)
+    assert "torchrun exit code 1" in message
+    assert "rank 1 exited with code 7" in message and "rank 3 exited with code -15" in message
+    assert "after 4 steps" in message
+    assert "    | /tmp/train.py FAILED" in message

@@ -1,0 +1,191 @@
+"""Helpers for the operator's cluster tests: CRDs installed once, the operator run in-process
+with kopf.testing.KopfRunner, objects read with the kubernetes client, waits that poll.
+
+Tests get everything through the `cluster` fixture (conftest modules are not importable under
+--import-mode=importlib)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+
+from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBEFLOW = ROOT.parent / "shared" / "kubeflow"
+PERFDIAG_CRD = ROOT / "crds" / "perfdiagnosis.yaml"
+KUBEFLOW_CRDS = (
+    KUBEFLOW / "kubeflow.org_pytorchjobs.yaml",
+    KUBEFLOW / "trainer.kubeflow.org_trainjobs.yaml",
+)
+RECHECK_SECONDS = 1.0
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
+    """Poll `probe` until it returns something truthy; fail saying what was awaited."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    """The test apiserver through the kubernetes client and kubectl."""
+
+    def __init__(self, kube_cluster: Any) -> None:
+        import kubernetes
+
+        self.kube = kube_cluster
+        client = kube_cluster.api_client()
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.ApiException = kubernetes.client.ApiException
+
+    wait_for = staticmethod(wait_for)
+
+    def kubectl(self, *args: str, **kwargs: Any) -> Any:
+        return self.kube.kubectl(*args, **kwargs)
+
+    def apply(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except self.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get(namespace, name) or {}
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond["type"] == type_:
+                return dict(cond)
+        return None
+
+    def wait_condition(
+        self, namespace: str, name: str, type_: str, status: str, reason: str | None = None
+    ) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            cond = self.condition(namespace, name, type_)
+            if cond and cond["status"] == status and reason in (None, cond["reason"]):
+                return cond
+            return None
+
+        return wait_for(probe, f"{name}: {type_}={status} ({reason or 'any reason'})")
+
+    def events(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """(type, reason) of the operator's Events on a PerfDiagnosis."""
+        items = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        ours = [e for e in items if e.source and e.source.component == "perfdiag-operator"]
+        return sorted((e.type, e.reason) for e in ours)
+
+    def wait_events(self, namespace: str, name: str, expected: list[tuple[str, str]]) -> None:
+        """Wait until the operator's Events on `name` are exactly `expected`, in any order (their
+        timestamps have one-second resolution). Events are posted right after the status
+        write they announce."""
+        seen: list[list[tuple[str, str]]] = []
+
+        def probe() -> bool:
+            seen.append(self.events(namespace, name))
+            return sorted(seen[-1]) == sorted(expected)
+
+        try:
+            wait_for(probe, f"events {expected} on {name}", timeout=15)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {seen[-1] if seen else None}") from None
+
+    def create_pods(self, namespace: str, labels: dict[str, str], *names: str) -> None:
+        for name in names:
+            self.core.create_namespaced_pod(
+                namespace,
+                {
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"containers": [{"name": "pytorch", "image": "pytorch:none"}]},
+                },
+            )
+
+    @staticmethod
+    @contextmanager
+    def operator(namespace: str) -> Iterator[KopfRunner]:
+        """The operator, as `kopf run -m perfdiag.operator.handlers`, serving one namespace
+        (needs the `operator_env` fixture)."""
+        args = ["run", "--standalone", "--namespace", namespace, "-m", "perfdiag.operator.handlers"]
+        with KopfRunner(args, timeout=60) as runner:
+            yield runner
+        assert runner.exception is None, runner.output
+        assert runner.exit_code == 0, runner.output
+
+    @staticmethod
+    def diagnosis(name: str, target: dict[str, Any], **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "PerfDiagnosis",
+            "metadata": {"name": name},
+            "spec": {"target": target, **spec},
+        }
+
+    @staticmethod
+    def pytorchjob(name: str) -> dict[str, Any]:
+        """The training-operator's own CPU example, renamed."""
+        job: dict[str, Any] = yaml.safe_load((KUBEFLOW / "example-cpu-demo.yaml").read_text())
+        job["metadata"]["name"] = name
+        return job
+
+    @staticmethod
+    def pytorchjob_pod_labels(job: str) -> dict[str, str]:
+        """The labels the training-operator puts on a PyTorchJob's pods."""
+        return {
+            "training.kubeflow.org/job-name": job,
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": "worker",
+        }
+
+
+@pytest.fixture(scope="session")
+def crds_installed(kube_cluster: Any) -> Any:
+    """The PerfDiagnosis CRD (the committed file) and the real Kubeflow CRDs."""
+    for path in (PERFDIAG_CRD, *KUBEFLOW_CRDS):
+        kube_cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(path), timeout=120
+        )
+    names = [
+        yaml.safe_load(p.read_text())["metadata"]["name"] for p in (PERFDIAG_CRD, *KUBEFLOW_CRDS)
+    ]
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names]
+    )
+    return kube_cluster
+
+
+@pytest.fixture
+def cluster(crds_installed: Any) -> Cluster:
+    return Cluster(crds_installed)
+
+
+@pytest.fixture
+def operator_env(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the in-process operator reads: the test cluster's kubeconfig, a short recheck."""
+    for key, value in kube_cluster.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PERFDIAG_RECHECK_SECONDS", str(RECHECK_SECONDS))
