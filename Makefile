@@ -14,7 +14,7 @@ lint: setup
 	.venv/bin/ruff format --check .
 
 typecheck: setup
-	.venv/bin/mypy --strict -p perfdiag
+	scripts/typecheck.sh
 
 test: setup lint typecheck
 	scripts/run-tests.sh

@@ -84,9 +84,12 @@ def compare_peers(
     if len(positions):
         values = per_step_ms(summary, features, positions)  # (P, K, S)
         step_excess = values - ref[positions][:, :, None]
-        threshold = (
-            thresholds.step_excess_factor * thresholds.min_excess_fraction * step[positions]
-        )[:, None, None]
+        # A step shows the excess when it holds a material part of it and at least half of the
+        # window's mean excess: a few huge steps (bursts) do not make an outlier persistent.
+        material = thresholds.step_excess_factor * thresholds.min_excess_fraction
+        threshold = np.maximum((material * step[positions])[:, None], 0.5 * excess[positions])[
+            :, :, None
+        ]
         valid = ~np.isnan(step_excess)
         shows = valid & (np.nan_to_num(step_excess, nan=-np.inf) >= threshold)
         counts = shows.sum(axis=2)

@@ -10,6 +10,7 @@ functions for the report — so the matrices stay small even for 100,000 ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -19,12 +20,19 @@ from numpy.typing import NDArray
 from perfdiag.schema import IDLE, IDLE_FUNCTION, OTHER_FUNCTION, WorkerMeta
 
 COMMUNICATION = "communication"
+WAIT = "<waiting>"
+"""Pseudo category of the feature 'time in communication or waiting for it'."""
 NON_WAIT = "<non-wait>"
-"""Pseudo category of the feature 'all time outside communication' (idle included)."""
+"""Pseudo category of the feature 'all other time' (idle included: uninstrumented work)."""
 
 LEVEL_FUNCTION = 0
 LEVEL_CATEGORY = 1
-LEVEL_NON_WAIT = 2
+LEVEL_WAIT = 2
+LEVEL_NON_WAIT = 3
+
+COLLECTIVE_WAIT_PREFIXES: tuple[str, ...] = ("<built-in method wait of ",)
+"""Python frames that block on a collective (c10d Work.wait / Future.wait bindings): waiting,
+whatever category the taxonomy gave them (the profiler records them as python_function)."""
 
 _SEP = "\x1f"
 TOP_FUNCTIONS = 25
@@ -37,15 +45,15 @@ class StepTimes:
     durations_ms: NDArray[np.float64]
     """(R, S) duration of each analysed step; NaN past a rank's last step."""
 
-    @property
+    @cached_property
     def median_ms(self) -> NDArray[np.float64]:
         return np.asarray(np.nanmedian(self.durations_ms, axis=1), dtype=np.float64)
 
-    @property
+    @cached_property
     def mean_ms(self) -> NDArray[np.float64]:
         return np.asarray(np.nanmean(self.durations_ms, axis=1), dtype=np.float64)
 
-    @property
+    @cached_property
     def counts(self) -> NDArray[np.int64]:
         return np.asarray(np.sum(~np.isnan(self.durations_ms), axis=1), dtype=np.int64)
 
@@ -68,14 +76,24 @@ class Features:
     """Function name per feature (None for category totals and the non-wait total)."""
     categories: list[str]
     level: NDArray[np.int8]
+    waiting: NDArray[np.bool_]
+    """Features that are time spent in or waiting for communication."""
     ms: NDArray[np.float64]
     """(R, K) mean ms per step of each feature on each rank (0 where absent)."""
+
+    @property
+    def wait_index(self) -> int:
+        return int(np.flatnonzero(self.level == LEVEL_WAIT)[0])
+
+    @property
+    def non_wait_index(self) -> int:
+        return int(np.flatnonzero(self.level == LEVEL_NON_WAIT)[0])
 
     @property
     def mean_step_ms(self) -> NDArray[np.float64]:
         return self.steps.mean_ms
 
-    @property
+    @cached_property
     def beta(self) -> NDArray[np.float64]:
         """(R, K) window β: time over window time, i.e. ms per step over mean step ms."""
         step = self.mean_step_ms[:, None]
@@ -130,12 +148,17 @@ def build_features(
 
     cat_codes, cat_names = _categories(summary)
     n_fun, n_cat = len(kept), len(cat_names)
-    ms = np.zeros((n_ranks, n_fun + n_cat + 1))
+    ms = np.zeros((n_ranks, n_fun + n_cat + 2))
     rows = column_of[codes] >= 0
     np.add.at(ms, (pos[rows], column_of[codes[rows]]), row_ms[rows])
-    np.add.at(ms, (pos, n_fun + cat_codes), row_ms)
-    non_wait = np.array([c != COMMUNICATION for c in cat_names], dtype=bool)
-    ms[:, -1] = ms[:, n_fun : n_fun + n_cat][:, non_wait].sum(axis=1)
+    waiting_row = waiting_rows(summary)
+    # Category totals hold the work of the category: a Python frame that waits on a
+    # collective counts as waiting (the <waiting> feature), not as Python work.
+    is_comm_category = np.array([c == COMMUNICATION for c in cat_names], dtype=bool)
+    in_category = ~waiting_row | is_comm_category[cat_codes]
+    np.add.at(ms, (pos[in_category], n_fun + cat_codes[in_category]), row_ms[in_category])
+    np.add.at(ms[:, -2], pos[waiting_row], row_ms[waiting_row])
+    np.add.at(ms[:, -1], pos[~waiting_row], row_ms[~waiting_row])
 
     functions: list[str | None] = []
     categories: list[str] = []
@@ -143,14 +166,40 @@ def build_features(
         category, function = keys[code].split(_SEP, 1)
         functions.append(function)
         categories.append(category)
-    functions += [None] * (n_cat + 1)
-    categories += [*cat_names, NON_WAIT]
+    waiting = [
+        cat == COMMUNICATION or is_collective_wait(fn)
+        for fn, cat in zip(functions, categories, strict=True)
+    ]
+    waiting += [c == COMMUNICATION for c in cat_names] + [True, False]
+    functions += [None] * (n_cat + 2)
+    categories += [*cat_names, WAIT, NON_WAIT]
     level = np.array(
-        [LEVEL_FUNCTION] * n_fun + [LEVEL_CATEGORY] * n_cat + [LEVEL_NON_WAIT], dtype=np.int8
+        [LEVEL_FUNCTION] * n_fun + [LEVEL_CATEGORY] * n_cat + [LEVEL_WAIT, LEVEL_NON_WAIT],
+        dtype=np.int8,
     )
     return Features(
-        ranks=ranks, steps=steps, functions=functions, categories=categories, level=level, ms=ms
+        ranks=ranks,
+        steps=steps,
+        functions=functions,
+        categories=categories,
+        level=level,
+        waiting=np.array(waiting, dtype=bool),
+        ms=ms,
     )
+
+
+def is_collective_wait(function: str | None) -> bool:
+    return function is not None and function.startswith(COLLECTIVE_WAIT_PREFIXES)
+
+
+def waiting_rows(summary: pa.Table) -> NDArray[np.bool_]:
+    """Rows of the summary that are communication or a blocking wait on it."""
+    comm = pc.equal(summary.column("category"), COMMUNICATION)
+    wait = pc.starts_with(summary.column("function"), COLLECTIVE_WAIT_PREFIXES[0])
+    for prefix in COLLECTIVE_WAIT_PREFIXES[1:]:
+        wait = pc.or_(wait, pc.starts_with(summary.column("function"), prefix))
+    mask = pc.fill_null(pc.or_(comm, wait), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _categories(summary: pa.Table) -> tuple[NDArray[np.int64], list[str]]:
@@ -189,10 +238,12 @@ def per_step_ms(
     cat_index = np.array([lookup.get((c, None), -1) for c in cat_col])
     has_fn = fn_index >= 0
     np.add.at(out, (sub_pos[has_fn], fn_index[has_fn]), values[has_fn])
-    has_cat = cat_index >= 0
+    waiting = waiting_rows(subset)
+    is_comm = np.array([c == COMMUNICATION for c in cat_col], dtype=bool)
+    has_cat = (cat_index >= 0) & (~waiting | is_comm)
     np.add.at(out, (sub_pos[has_cat], cat_index[has_cat]), values[has_cat])
-    non_wait = np.array([c != COMMUNICATION for c in cat_col], dtype=bool)
-    np.add.at(out[:, -1, :], sub_pos[non_wait], values[non_wait])
+    np.add.at(out[:, features.wait_index, :], sub_pos[waiting], values[waiting])
+    np.add.at(out[:, features.non_wait_index, :], sub_pos[~waiting], values[~waiting])
     out[np.isnan(np.broadcast_to(durations[:, None, :], out.shape))] = np.nan
     return out
 

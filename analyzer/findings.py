@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from perfdiag.analyzer.features import Features, is_named_function
+from perfdiag.analyzer.features import Features, is_idle, is_named_function
 from perfdiag.analyzer.fusion import Contributor, Fusion, SlowWorker
 from perfdiag.analyzer.hardware import ResourceAnomaly
 from perfdiag.analyzer.peers import PeerGroups
@@ -136,8 +136,10 @@ def _slow_worker_finding(
         f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} of "
         f"{'its' if len(ranks) == 1 else 'the'} {ms(lead.step_ms)} step ({pct(lead.severity)}) "
         f"is extra time its peers don't spend, mostly {what_inline(top.function, top.category)} "
-        f"(+{ms(top.excess_ms)}/step, {top.category})"
+        f"(+{ms(top.excess_ms)}/step, {_category_word(top.category)})"
     )
+    if lead.hardware is not None:
+        headline += f", with {lead.hardware.describe()}: hardware"
     if victims is not None:
         where = f" in {victims.function}" if victims.function else " in communication"
         headline += f"; {ranks_phrase(victims.ranks)} wait for it{where}"
@@ -200,6 +202,10 @@ def _function_anomaly(workers: list[SlowWorker], thresholds: Thresholds) -> Repo
     )
     headline = f"{top.function} takes {ms(top.excess_ms)}/step more on {ranks_phrase(ranks)}"
     return Reported(finding=finding, headline=headline + ".")
+
+
+def _category_word(category: str) -> str:
+    return "no profiled op: likely Python" if is_idle(category) else category
 
 
 def _ratio(ratio: float) -> str:
@@ -307,8 +313,9 @@ def range_findings(violations: list[RangeViolation]) -> list[Reported]:
             if len(v.ranks) < v.total_ranks
             else (f"All {v.total_ranks} ranks" if v.total_ranks > 1 else "The rank")
         )
+        spend = "spends" if share == "The rank" else "spend"
         message = (
-            f"{share} spend {pct(v.median_beta)} of the window in {v.category} (median; expected "
+            f"{share} {spend} {pct(v.median_beta)} of the window in {v.category} (median; expected "
             f"≤ {pct(v.bound)} for a {v.job_kind.upper()} job)"
             + (f"; top: {tops}" if tops else "")
             + (
@@ -339,7 +346,7 @@ def range_findings(violations: list[RangeViolation]) -> list[Reported]:
             message=message,
         )
         headline = (
-            f"{share} spend {pct(v.median_beta)} of the time in {v.category} "
+            f"{share} {spend} {pct(v.median_beta)} of the time in {v.category} "
             f"(expected ≤ {pct(v.bound)})"
         )
         out.append(Reported(finding=finding, headline=headline + "."))

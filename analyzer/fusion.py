@@ -21,7 +21,6 @@ from perfdiag.analyzer.features import (
     COMMUNICATION,
     LEVEL_CATEGORY,
     LEVEL_FUNCTION,
-    LEVEL_NON_WAIT,
     Features,
     is_idle,
     is_named_function,
@@ -163,22 +162,18 @@ def fuse(
     thresholds: Thresholds,
     anomalies: list[ResourceAnomaly],
 ) -> Fusion:
-    nw = int(np.flatnonzero(features.level == LEVEL_NON_WAIT)[0])
-    comm = features.index_of(COMMUNICATION)
-    is_comm = np.array([c == COMMUNICATION for c in features.categories])
-    functions = (features.level == LEVEL_FUNCTION) & ~is_comm
-    categories = (features.level == LEVEL_CATEGORY) & ~is_comm
+    nw = features.non_wait_index
+    wait = features.wait_index
+    is_wait = features.waiting
+    functions = (features.level == LEVEL_FUNCTION) & ~is_wait
+    categories = (features.level == LEVEL_CATEGORY) & ~is_wait
     by_rank: dict[int, list[ResourceAnomaly]] = {}
     for anomaly in anomalies:
         by_rank.setdefault(anomaly.rank, []).append(anomaly)
 
     material = dev.excess_fraction[:, nw] >= thresholds.min_excess_fraction
     outlying_work = dev.outlying & (functions | categories)[None, :]
-    waits_more = (
-        dev.excess_fraction[:, comm] >= thresholds.min_excess_fraction
-        if comm is not None
-        else np.zeros(len(features.ranks), dtype=bool)
-    )
+    waits_more = dev.excess_fraction[:, wait] >= thresholds.min_excess_fraction
     suspects = np.flatnonzero(
         material & (dev.outlying[:, nw] | outlying_work.any(axis=1)) & ~waits_more
     )
@@ -192,11 +187,8 @@ def fuse(
         result.slow.append(worker)
     slow_positions = {w.position for w in result.slow}
     for worker in result.slow:
-        worker.victims = _victims(features, groups, worker, slow_positions, comm, is_comm)
-    if comm is not None:
-        result.communication = communication_outliers(
-            features, dev, thresholds, comm, nw, is_comm, result, by_rank
-        )
+        worker.victims = _victims(features, groups, worker, slow_positions)
+    result.communication = communication_outliers(features, dev, thresholds, result, by_rank)
     return result
 
 
@@ -287,24 +279,18 @@ def _attribute(worker: SlowWorker, anomalies: list[ResourceAnomaly]) -> None:
 
 
 def _victims(
-    features: Features,
-    groups: PeerGroups,
-    worker: SlowWorker,
-    slow_positions: set[int],
-    comm: int | None,
-    is_comm: np.ndarray,
+    features: Features, groups: PeerGroups, worker: SlowWorker, slow_positions: set[int]
 ) -> Victims | None:
-    if comm is None:
-        return None
+    wait = features.wait_index
     members = groups.members(worker.group)
     members = members[~np.isin(members, list(slow_positions))]
     if not len(members):
         return None
-    wait = features.ms[members, comm] - features.ms[worker.position, comm]
-    chosen = members[wait >= VICTIM_SHARE * worker.excess_ms]
+    extra = features.ms[members, wait] - features.ms[worker.position, wait]
+    chosen = members[extra >= VICTIM_SHARE * worker.excess_ms]
     if not len(chosen):
         return None
-    comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & is_comm)
+    comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & features.waiting)
     function = None
     if len(comm_functions):
         medians = np.median(features.ms[np.ix_(chosen, comm_functions)], axis=0)
@@ -313,7 +299,7 @@ def _victims(
             function = features.functions[k]
     return Victims(
         ranks=sorted(int(r) for r in features.ranks[chosen]),
-        wait_ms=float(np.median(wait[wait >= VICTIM_SHARE * worker.excess_ms])),
+        wait_ms=float(np.median(extra[extra >= VICTIM_SHARE * worker.excess_ms])),
         function=function,
     )
 
@@ -322,9 +308,6 @@ def communication_outliers(
     features: Features,
     dev: Deviations,
     thresholds: Thresholds,
-    comm: int,
-    nw: int,
-    is_comm: np.ndarray,
     fusion: Fusion,
     anomalies: dict[int, list[ResourceAnomaly]],
 ) -> list[CommOutlier]:
@@ -335,6 +318,7 @@ def communication_outliers(
     left after subtracting that is the rank's own slowness in communication (a slow link, a
     collective only it runs).
     """
+    comm, nw = features.wait_index, features.non_wait_index
     explained_by_culprit = {r for w in fusion.slow for r in (w.victims.ranks if w.victims else [])}
     outliers = []
     for i in np.flatnonzero(dev.outlying[:, comm]).tolist():
@@ -346,7 +330,7 @@ def communication_outliers(
         step = float(features.mean_step_ms[i])
         if unexplained < thresholds.min_excess_fraction * step:
             continue
-        comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & is_comm)
+        comm_functions = np.flatnonzero((features.level == LEVEL_FUNCTION) & features.waiting)
         top = None
         if len(comm_functions):
             k = int(comm_functions[np.argmax(dev.excess_ms[i, comm_functions])])

@@ -10,6 +10,7 @@ by synthetic summaries.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,13 @@ def resource_anomalies(
         sub_mu = mu[members]
         present = ~np.isnan(sub_mu)
         # Ranks without the function are not peers for its resource: compare present ones.
-        filled = np.where(present, sub_mu, np.nanmedian(np.where(present, sub_mu, np.nan), axis=0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: absent here
+            present_median = np.nanmedian(np.where(present, sub_mu, np.nan), axis=0)
+            peers_cv = np.nanmedian(
+                np.where(present, sigma[members] / np.abs(sub_mu), np.nan), axis=0
+            )
+        filled = np.where(present, sub_mu, present_median)
         stats = peer_reference(np.nan_to_num(filled))
         scale = robust_scale(
             stats, noise_floor=thresholds.hardware_min_deviation / 3, absolute_floor=np.zeros(1)
@@ -107,7 +114,6 @@ def resource_anomalies(
             deviation = (sub_mu - stats.median) / stats.median
             z = (sub_mu - stats.median) / scale
             cv = sigma[members] / np.abs(sub_mu)
-            peers_cv = np.nanmedian(np.where(present, cv, np.nan), axis=0)
         worse = np.where(lower_worse, -1.0, 1.0)
         shifted = (deviation * worse >= thresholds.hardware_min_deviation) & (
             z * worse >= thresholds.min_robust_z

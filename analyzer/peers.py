@@ -14,12 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from perfdiag.analyzer.features import (
-    COMMUNICATION,
-    LEVEL_FUNCTION,
-    Features,
-    is_named_function,
-)
+from perfdiag.analyzer.features import LEVEL_FUNCTION, Features, is_named_function
 
 SIGNATURE_MIN_BETA = 0.02
 """A function is part of a rank's signature when its β reaches this."""
@@ -65,9 +60,9 @@ def by_function_signature(features: Features, jaccard: float) -> PeerGroups:
     """
     cols = np.array(
         [
-            level == LEVEL_FUNCTION and cat != COMMUNICATION and is_named_function(fn)
-            for level, fn, cat in zip(
-                features.level, features.functions, features.categories, strict=True
+            level == LEVEL_FUNCTION and not waiting and is_named_function(fn)
+            for level, fn, waiting in zip(
+                features.level, features.functions, features.waiting, strict=True
             )
         ],
         dtype=bool,

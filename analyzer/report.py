@@ -21,7 +21,7 @@ from perfdiag.analyzer.charts import (
     heatmap,
     stacked_bars,
 )
-from perfdiag.analyzer.features import LEVEL_CATEGORY, LEVEL_FUNCTION, LEVEL_NON_WAIT
+from perfdiag.analyzer.features import LEVEL_CATEGORY, LEVEL_FUNCTION
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.pipeline import Analysis
 from perfdiag.analyzer.text import format_ranks, ms, pct
@@ -320,11 +320,13 @@ def _breakdown_section(analysis: Analysis, culprits: set[int], shown: list[int])
     cat_cols = np.flatnonzero(features.level == LEVEL_CATEGORY)
     if not len(features.ranks) or not len(cat_cols):
         return ""
-    present = [features.categories[k] for k in cat_cols]
+    col_of = {features.categories[k]: int(k) for k in cat_cols}
+    # Waiting (communication, and Python frames blocked on a collective) is one segment.
+    col_of["communication"] = features.wait_index
+    present = list(col_of)
     order = [c for c in CATEGORY_ORDER if c in present] + sorted(
         c for c in present if c not in CATEGORY_ORDER
     )
-    col_of = {features.categories[k]: k for k in cat_cols}
     position = {int(r): i for i, r in enumerate(features.ranks)}
     bars = []
     for rank in shown:
@@ -343,8 +345,9 @@ def _breakdown_section(analysis: Analysis, culprits: set[int], shown: list[int])
     chart = stacked_bars(bars, unit=" ms", categories=order)
     return (
         '<section><h2>Where each rank\'s step goes</h2><p class="hint">Mean ms per step by '
-        "category on the critical path (overlaps removed: each instant is charged once). A "
-        "culprit shows more work; the ranks waiting for it show more communication.</p>"
+        "category on the critical path (overlaps removed: each instant is charged once; "
+        "communication includes Python frames blocked on a collective). A culprit shows more "
+        "work; the ranks waiting for it show more communication.</p>"
         f"{chart}</section>"
     )
 
@@ -400,8 +403,8 @@ def _workers_section(analysis: Analysis) -> str:
     account = analysis.account
     features = analysis.features
     position = {int(r): i for i, r in enumerate(features.ranks)}
-    comm = features.index_of("communication")
-    nw = int(np.flatnonzero(features.level == LEVEL_NON_WAIT)[0])
+    comm = features.wait_index if len(features.ranks) else None
+    nw = features.non_wait_index
     workers = analysis.verdict.workers
     problem = [w for w in workers if w.state != "ok"]
     listed = (
@@ -430,9 +433,9 @@ def _workers_section(analysis: Analysis) -> str:
     if len(listed) < len(workers):
         more = f'<p class="hint">{len(workers) - len(listed)} more healthy workers not listed.</p>'
     return (
-        '<section><h2>Workers</h2><table><thead><tr><th class="num">rank</th><th>host</th>'
+        '<section><h2>Workers</h2><table class="workers"><thead><tr><th class="num">rank</th><th>host</th>'
         '<th>pod</th><th>state</th><th class="num">median step</th><th class="num">outside '
-        'communication /step</th><th class="num">communication /step</th><th>note</th></tr>'
+        'communication /step</th><th class="num">communication + waits /step</th><th>note</th></tr>'
         f"</thead><tbody>{''.join(rows)}</tbody></table>{more}</section>"
     )
 

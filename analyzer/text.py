@@ -93,8 +93,10 @@ def ms(value: float) -> str:
 
 
 def pct(fraction: float) -> str:
+    """0.381 → '38%', 0.052 → '5.2%', 0.05 → '5%'."""
     if abs(fraction) < 0.1:
-        return f"{fraction * 100:.1f}%"
+        text = f"{fraction * 100:.1f}"
+        return (text[:-2] if text.endswith(".0") else text) + "%"
     return f"{fraction * 100:.0f}%"
 
 

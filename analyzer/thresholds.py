@@ -34,11 +34,12 @@ class ExpectedRanges(BaseModel):
 
 def _cpu_ranges() -> ExpectedRanges:
     # A CPU-only job has no GPU compute to hide host work under: its Python and communication
-    # time sit on the critical path by construction (a small model on a busy host shows 20–40%
-    # interpreter time and long gloo waits while perfectly healthy). Bounds are set where the
-    # time is clearly abnormal rather than where a GPU job would be.
+    # time sit on the critical path by construction. The healthy demo (4 gloo ranks of a small
+    # MLP on 2 cores) spends 63–74% of its window in gloo:all_reduce (which runs on its own
+    # thread, over the backward pass) and ~11% in Python frames. Bounds are set where the time
+    # is clearly abnormal rather than where a GPU job would be.
     return ExpectedRanges(
-        python=0.45, gc=0.05, dataloader=0.15, cuda_runtime=0.10, communication=0.60
+        python=0.45, gc=0.05, dataloader=0.15, cuda_runtime=0.10, communication=0.85
     )
 
 
@@ -82,7 +83,7 @@ class Thresholds(BaseModel):
         gt=0.0,
         le=1.0,
         description="A step counts as outlying when its excess reaches this share of the "
-        "materiality threshold.",
+        "materiality threshold (and half of the window's mean excess).",
     )
     dominant_function_share: float = Field(
         default=0.5,

@@ -64,11 +64,14 @@ def summary_sentence(
     if others:
         text = _strip(others[0].headline)
         lead = set(others[0].finding.ranks)
-        # A function_anomaly inside the lead slow worker is the same story, not another one.
+        # A function_anomaly or hardware finding inside the lead slow worker is the same
+        # story, not another one.
         more = [
             r
             for r in others[1:]
-            if not (r.finding.kind == "function_anomaly" and set(r.finding.ranks) <= lead)
+            if not (
+                r.finding.kind in ("function_anomaly", "hardware") and set(r.finding.ranks) <= lead
+            )
         ]
         if more:
             text += f" ({len(more)} more finding{'s' if len(more) > 1 else ''} in the report)"

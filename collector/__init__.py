@@ -4,9 +4,16 @@ This package is copied into training pods with the hook; keep it free of heavy i
 `perfdiag.collector.step()` marks a step boundary explicitly for loops without an optimizer.
 """
 
+from typing import Callable, Optional
+
+_hook_step: Optional[Callable[[], None]] = None
+
 
 def step() -> None:
     """Mark the end of a training step (only needed when no torch optimizer is used)."""
-    from perfdiag.collector import hook
+    global _hook_step
+    if _hook_step is None:
+        from perfdiag.collector.hook import step as hook_step
 
-    hook.step()
+        _hook_step = hook_step
+    _hook_step()

@@ -85,7 +85,9 @@ def parse_annotations(text: str) -> Dict[str, str]:
             found[key.strip()] = unquote_go(quoted.strip())
         except ValueError as exc:
             if key.strip() == PLAN_ANNOTATION:
-                raise PlanError(f"annotation {PLAN_ANNOTATION} is not a quoted string: {exc}")
+                raise PlanError(
+                    f"annotation {PLAN_ANNOTATION} is not a quoted string: {exc}"
+                ) from None
     return found
 
 

@@ -59,24 +59,18 @@ class ProfilerSession:
         profile, self._profile = self._profile, None
         if profile is None:
             raise RuntimeError("the profiler was not started")
-        import torch
-        from torch.autograd import profiler as autograd_profiler
-
-        disable = getattr(autograd_profiler, "_disable_profiler", None)
         fast = (
-            disable is not None
+            _private_disable() is not None
             and getattr(profile, "profiler", None) is not None
             and getattr(profile, "execution_trace_observer", None) is None
             and not getattr(profile, "_use_cuspy", False)
         )
         if fast:
             if self.cuda:
+                import torch
+
                 torch.cuda.synchronize()  # what profile.stop() does: the last kernels land
-            result = disable()
-            on_stop = getattr(autograd_profiler, "_run_on_profiler_stop", None)
-            if on_stop is not None:
-                on_stop()  # clears torch's Python-side "profiler enabled" flag
-            result.save(path)
+            _disable_kineto().save(path)
             return EXPORT_KINETO_SAVE
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -92,15 +86,26 @@ class ProfilerSession:
         try:
             if not profiler_enabled():
                 return
-            from torch.autograd import profiler as autograd_profiler
-
-            disable = getattr(autograd_profiler, "_disable_profiler", None)
-            if disable is None:
+            if _private_disable() is None:
                 profile.stop()
-                return
-            disable()
-            on_stop = getattr(autograd_profiler, "_run_on_profiler_stop", None)
-            if on_stop is not None:
-                on_stop()
+            else:
+                _disable_kineto()
         except Exception:
             pass
+
+
+def _private_disable() -> Any:
+    from torch.autograd import profiler as autograd_profiler
+
+    return getattr(autograd_profiler, "_disable_profiler", None)
+
+
+def _disable_kineto() -> Any:
+    """Disable the profiler of this thread; its Kineto result (with `.save(path)`)."""
+    from torch.autograd import profiler as autograd_profiler
+
+    result = autograd_profiler._disable_profiler()  # type: ignore[attr-defined]
+    on_stop: Any = getattr(autograd_profiler, "_run_on_profiler_stop", None)
+    if on_stop is not None:
+        on_stop()  # clears torch's Python-side "profiler enabled" flag (torch ≥ 2.4)
+    return result

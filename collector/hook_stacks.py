@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Dict, List
+from types import FrameType
+from typing import Any, Dict, List, Optional
 
 MAX_FRAMES = 512  # innermost frames kept per thread (deep recursion stays bounded)
 
@@ -22,7 +23,7 @@ def thread_stacks() -> List[Dict[str, Any]]:
     dumped = []
     for ident, frame in sys._current_frames().items():
         frames: List[Dict[str, Any]] = []
-        current = frame
+        current: Optional[FrameType] = frame
         while current is not None and len(frames) < MAX_FRAMES:
             code = current.f_code
             frames.append(

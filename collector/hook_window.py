@@ -9,8 +9,10 @@ trace.json, then hook.json last (spool contract in collector/spool.py).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -55,14 +57,15 @@ class CaptureWindow:
     def start(self) -> None:
         """Begin profiling step `first_step` (called at the boundary where it begins)."""
         begun = time.perf_counter_ns()
-        import torch
-
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise RuntimeError("torch is not imported by this process")
         self._torch_version = str(torch.__version__)
         self._has_cuda = "cuda" in self.plan.activities and bool(torch.cuda.is_available())
-        gc.callbacks.append(self._on_gc)
-        self._gc_registered = True
         self._session = ProfilerSession(cuda=self._has_cuda, python_stacks=self.plan.python_stacks)
         self._session.start()
+        gc.callbacks.append(self._on_gc)
+        self._gc_registered = True
         self._enter_step(self.first_step)
         self._start_hold_ns = time.perf_counter_ns() - begun
 
@@ -70,6 +73,7 @@ class CaptureWindow:
         """Step `step` begins (step-1 ended). True when the window's last step has ended."""
         self._exit_step()
         if step > self.last_step:
+            self._unregister_gc()
             self._marks.append({"step": step, "clock_ns": time.perf_counter_ns()})
             return True
         self._enter_step(step)
@@ -110,10 +114,10 @@ class CaptureWindow:
     def _enter_step(self, step: int) -> None:
         from torch.autograd.profiler import record_function
 
-        annotation = record_function(f"ProfilerStep#{step}")
+        annotation: Any = record_function(f"ProfilerStep#{step}")
+        self._marks.append({"step": step, "clock_ns": time.perf_counter_ns()})
         annotation.__enter__()
         self._annotation = annotation
-        self._marks.append({"step": step, "clock_ns": time.perf_counter_ns()})
 
     def _exit_step(self) -> None:
         annotation, self._annotation = self._annotation, None
@@ -143,10 +147,8 @@ class CaptureWindow:
     def _unregister_gc(self) -> None:
         if self._gc_registered:
             self._gc_registered = False
-            try:
+            with contextlib.suppress(ValueError):
                 gc.callbacks.remove(self._on_gc)
-            except ValueError:
-                pass
 
     def _write_meta(self, stop_hold_ns: int) -> Dict[str, Any]:
         meta = dict(self._identity)

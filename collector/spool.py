@@ -5,7 +5,13 @@ Standard library only: the hook imports this module inside training processes.
     <spool>/rank-<R>/heartbeat.json
         Rewritten atomically about once a second by the hook while the process lives:
         {"rank", "local_rank", "world_size", "pid", "host", "step", "last_step_unix",
-         "updated_unix", "phase": "dormant|armed|capturing|writing|failed", "plan_id", "error"}
+         "updated_unix", "phase": "dormant|armed|capturing|writing|failed", "plan_id", "error",
+         "pod", "exited"}
+        "step" counts the step boundaries seen so far (= the index of the step now running,
+        0-based). The first heartbeat is written at the first boundary: a process that never
+        steps (the launcher, DataLoader workers) writes none. "phase" is "failed" (with
+        "error") when the last plan could not be carried out, until the next plan.
+        "exited": true in the last heartbeat of a process that exited normally.
     <spool>/rank-<R>/windows/<plan_id>/trace.json
         The Kineto Chrome trace of the window (torch.profiler's export), with one user
         annotation "ProfilerStep#<n>" spanning each profiled step n.
@@ -16,17 +22,28 @@ Standard library only: the hook imports this module inside training processes.
          "clock": "perf_counter_ns",
          "step_marks": [{"step": n, "clock_ns": t}, ...]   boundaries, hook clock
          "gc": [{"start_ns", "end_ns", "generation", "collected"}, ...]  hook clock
-         "error": null | "what went wrong"}
+         "error": null | "what went wrong",
+         "pod", "export", "hold_ms": {"start", "stop"}}
         The first profiled step (n0) is the profiler's warm-up; analysis uses n0+1 … n0+k.
+        step_marks: {"step": n, "clock_ns": t} is the moment step n began, where
+        ProfilerStep#n starts in the trace; k+2 marks, the last one (n0+k+1) is the end of
+        the window. gc records also carry "uncollectable" and "tid" (the native thread id of
+        the thread that collected). "export": how the trace was written ("kineto_result_save"
+        or "export_chrome_trace"); "hold_ms": how long the training thread was held to start
+        and to end the window. When "error" is set, trace.json may be missing and
+        step_marks/gc cover only what was recorded.
     <spool>/rank-<R>/stacks/<plan_id>.json
         A stack dump for a `stacks` plan: {"rank", "pid", "host", "time_unix", "step",
-        "threads": [{"thread_id", "name", "daemon", "frames": [{"file", "line", "function"}]}]}
+        "threads": [{"thread_id", "name", "daemon", "frames": [{"file", "line", "function"}]}],
+        "pod", "plan_id"}; each thread also has "native_id" and "main" (the main thread is
+        listed first); frames are outermost first, innermost last (traceback order).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +76,7 @@ def ranks_in(spool: Path) -> list[int]:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temp file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)

@@ -22,7 +22,7 @@ from typing import Any
 
 import kopf
 from perfdiag.operator import settings as operator_settings
-from perfdiag.operator.kube import Kube, new_api_client
+from perfdiag.operator.kube import Kube, NoCredentials, new_api_client
 from perfdiag.operator.reconcile import Reconciler
 from perfdiag.operator.status import needs_cleanup, needs_recheck
 from pydantic import ValidationError
@@ -63,7 +63,11 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     operator_settings.configure(settings)
     diagnoses_to_recheck: kopf.Index[None, tuple[str, str]] = kwargs["diagnoses_to_recheck"]
     config = memo.get("config") or operator_settings.OperatorConfig.from_env()
-    reconciler = Reconciler(Kube(new_api_client()), config)
+    try:
+        api_client = new_api_client()
+    except NoCredentials as exc:
+        raise kopf.PermanentError(str(exc)) from exc  # retrying will not make credentials appear
+    reconciler = Reconciler(Kube(api_client), config)
     memo["config"] = config
     memo["reconciler"] = reconciler
     memo["recheck_task"] = asyncio.create_task(

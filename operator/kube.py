@@ -25,6 +25,10 @@ ApiException: type[Exception] = kubernetes.client.ApiException
 MERGE_PATCH = "application/merge-patch+json"
 
 
+class NoCredentials(RuntimeError):
+    """Neither a service account nor a usable kubeconfig."""
+
+
 def new_api_client() -> Any:
     """A client for the cluster the operator runs in, or the one $KUBECONFIG names (read now,
     not when the kubernetes package was imported)."""
@@ -32,9 +36,14 @@ def new_api_client() -> Any:
     try:
         kubernetes.config.load_incluster_config(client_configuration=config)
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(
-            config_file=os.environ.get("KUBECONFIG"), client_configuration=config
-        )
+        kubeconfig = os.environ.get("KUBECONFIG")
+        try:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
+        except (kubernetes.config.ConfigException, OSError) as exc:
+            where = f"KUBECONFIG={kubeconfig}" if kubeconfig else "~/.kube/config"
+            raise NoCredentials(
+                f"no Kubernetes credentials: not running in a pod, and {where}: {exc}"
+            ) from exc
     return kubernetes.client.ApiClient(config)
 
 

@@ -36,7 +36,7 @@ from perfdiag.operator.status import (
 )
 from pydantic import ValidationError
 
-from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
+from perfdiag.api.diagnosis import TERMINAL_PHASES, PerfDiagnosisSpec, PerfDiagnosisStatus
 
 log = logging.getLogger("perfdiag.operator")
 
@@ -90,14 +90,16 @@ class Reconciler:
                 log.info("%s/%s: ttlSecondsAfterFinished passed; deleting", namespace, name)
                 self.kube.delete_diagnosis(namespace, name, meta["uid"])
                 return "deleted"
-            observation = self.kube.observe_target(namespace, spec.target)
-            new = compute_status(
-                old,
-                generation=generation,
-                observation=observation,
-                now=now,
-                recheck_seconds=self.config.recheck_seconds,
-            )
+            if old is not None and old.phase in TERMINAL_PHASES:
+                new = old.model_copy(update={"observed_generation": generation})
+            else:
+                new = compute_status(
+                    old,
+                    generation=generation,
+                    observation=self.kube.observe_target(namespace, spec.target),
+                    now=now,
+                    recheck_seconds=self.config.recheck_seconds,
+                )
         # Diff the normalized forms: fields this version does not know are left alone.
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:

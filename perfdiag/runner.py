@@ -31,6 +31,8 @@ from perfdiag.storage import Storage, layout
 
 EXIT_TRAINING_FAILED = 3
 EXIT_WINDOW_INCOMPLETE = 4
+# How long to wait for the training to exit when no rank could finish the window.
+ENDED_GRACE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -119,20 +121,20 @@ def _supervise(
     except TrainingEnded as ended:
         if window.state.plan is not None:
             window.process_completed()
-        steps = window.state.max_step_seen
         if ended.code != 0:
             _partial_verdict(window, storage, progress, on_verdict)
-            raise CliError(
-                training_failed_message(ended.code, training.tail.lines(), steps),
-                EXIT_TRAINING_FAILED,
-            ) from None
-        hint = f" ({NO_STEPS_HINT})" if steps == 0 else ""
+        raise _ended_error(ended.code, window, training) from None
+
+    if not window.state.captured:
+        # Every rank's hook gave up on the window: when that is because the processes exited,
+        # say so (training too short, or failed) rather than only relaying the hooks' reasons.
+        code = training.wait(ENDED_GRACE_S)
+        if code is not None:
+            raise _ended_error(code, window, training)
         raise CliError(
-            f"the training ended after {steps} steps{hint}, before the capture window "
-            f"completed: {window.window_needs_text()}. Lower --warmup-steps/--capture-steps "
-            "or train longer.",
+            f"no rank produced a usable capture window ({window.state.failures_text()})",
             EXIT_WINDOW_INCOMPLETE,
-        ) from None
+        )
 
     verdict = _analyze_window(run, window, storage, progress, check)
     if verdict is not None:
@@ -153,6 +155,21 @@ def _supervise(
     return RunResult(verdict=verdict, training_exit=code)
 
 
+def _ended_error(code: int, window: WindowCoordinator, training: TrainingProcess) -> CliError:
+    """The training exited before there was a verdict: failed (3) or too short (4)."""
+    steps = window.state.max_step_seen
+    if code != 0:
+        return CliError(
+            training_failed_message(code, training.tail.lines(), steps), EXIT_TRAINING_FAILED
+        )
+    hint = f" ({NO_STEPS_HINT})" if steps == 0 else ""
+    return CliError(
+        f"the training ended after {steps} steps{hint}, before the capture window completed: "
+        f"{window.window_needs_text()}. Lower --warmup-steps/--capture-steps or train longer.",
+        EXIT_WINDOW_INCOMPLETE,
+    )
+
+
 def _analyze_window(
     run: LocalRun,
     window: WindowCoordinator,
@@ -162,15 +179,6 @@ def _analyze_window(
 ) -> Verdict | None:
     """The verdict of the window, or None on a node that leaves the analysis to rank 0's."""
     state = window.state
-    if not state.captured:
-        errors = "; ".join(
-            f"rank {rank}: {status.error or status.phase}"
-            for rank, status in sorted(state.statuses.items())
-        )
-        raise CliError(
-            f"no rank produced a usable capture window ({errors or 'no window completed'})",
-            EXIT_WINDOW_INCOMPLETE,
-        )
     world = state.world_size or len(state.ranks)
     expected = list(range(world))
     if run.multi_node:

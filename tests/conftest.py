@@ -68,12 +68,12 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     workdir = item.config.stash.get(_workdir_key, None)
-    uses_servers = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
-    logs = sorted(workdir.glob("*/logs/*.log")) if workdir is not None else []
-    if report.failed and uses_servers and logs:
-        report.sections.append(
-            ("perfdiag test servers", "server logs (kept): " + ", ".join(map(str, logs)))
-        )
+    if report.failed and workdir is not None and item.get_closest_marker("cluster") is not None:
+        logs = sorted(workdir.glob("*/logs/*.log"))
+        if logs:
+            report.sections.append(
+                ("perfdiag test servers", "server logs (kept): " + ", ".join(map(str, logs)))
+            )
     return report
 
 

@@ -21,6 +21,7 @@ PlanAction = Literal["capture", "stacks"]
 Activity = Literal["cpu", "cuda"]
 
 MAX_CAPTURE_STEPS = 1000
+DEFAULT_ACTIVITIES: tuple[Activity, ...] = ("cpu", "cuda")
 
 
 class Plan(BaseModel):
@@ -31,7 +32,7 @@ class Plan(BaseModel):
     id: str = Field(min_length=1, max_length=128, description="New id = new request.")
     action: PlanAction = "capture"
     steps: int = Field(default=10, ge=1, le=MAX_CAPTURE_STEPS)
-    activities: list[Activity] = Field(default_factory=lambda: ["cpu", "cuda"])
+    activities: list[Activity] = Field(default_factory=lambda: list(DEFAULT_ACTIVITIES))
     python_stacks: bool = False
     deadline: datetime = Field(description="RFC3339; a plan past its deadline is ignored.")
 
@@ -50,7 +51,7 @@ class Plan(BaseModel):
             id=plan_id or uuid.uuid4().hex[:12],
             action=action,
             steps=steps,
-            activities=activities if activities is not None else ["cpu", "cuda"],
+            activities=activities if activities is not None else list(DEFAULT_ACTIVITIES),
             python_stacks=python_stacks,
             deadline=datetime.now(timezone.utc) + timedelta(seconds=timeout_s),
         )

@@ -64,9 +64,8 @@ class Finding(BaseModel):
 
 
 class Verdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["perfdiag.verdict/v1"] = Field(default=VERDICT_SCHEMA, alias="schema")
+    schema_: Literal["perfdiag.verdict/v1"] = Field(default="perfdiag.verdict/v1", alias="schema")
     status: VerdictStatus
     summary: str
     window: WindowInfo

@@ -66,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
     import kopf
 
     from perfdiag.operator import handlers  # noqa: F401  (registers the handlers with kopf)
+    from perfdiag.operator.kube import NoCredentials, new_api_client
     from perfdiag.operator.settings import OperatorConfig
 
     try:
@@ -76,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
         if not 0.1 <= args.recheck_seconds <= 3600:
             raise CliError("--recheck-seconds must be between 0.1 and 3600")
         config = OperatorConfig(recheck_seconds=args.recheck_seconds)
+    try:
+        new_api_client()  # fail now, with a message, rather than retry in kopf's startup
+    except NoCredentials as exc:
+        raise CliError(str(exc)) from exc
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

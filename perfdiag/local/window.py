@@ -54,6 +54,14 @@ class WindowState:
     def missing(self) -> list[int]:
         return [rank for rank in self.ranks if rank not in self.statuses]
 
+    def failures_text(self) -> str:
+        failed = [
+            f"rank {rank}: {status.error or status.phase}"
+            for rank, status in sorted(self.statuses.items())
+            if status.phase != "done"
+        ]
+        return "; ".join(failed) or "no window completed"
+
     @property
     def captured(self) -> list[int]:
         return [rank for rank, status in sorted(self.statuses.items()) if status.phase == "done"]

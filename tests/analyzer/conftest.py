@@ -33,6 +33,7 @@ from perfdiag.storage import Storage, layout
 from perfdiag.storage.local import LocalStorage
 
 COMM = "gloo:all_reduce"
+PY_WAIT = "<built-in method wait of pybind11_builtins.pybind11_detail_function_record object>"
 
 # (function, category, ms per step) of a healthy ~100 ms CPU DDP step (small MLP, gloo).
 CPU_FUNCTIONS: list[tuple[str, str, float]] = [
@@ -94,6 +95,10 @@ class SyntheticJob:
     """Per-category factors on the base times (a job-wide shape, e.g. a slow input pipeline)."""
     roles: dict[int, list[tuple[str, str, float]]] | None = None
     """rank → its own function list (ranks of different roles), overriding the base list."""
+    python_wait_share: float | Sequence[float] = 0.0
+    """Share of each rank's waiting that the profiler shows as a Python `wait` frame (c10d
+    Work.wait) instead of inside the collective, as on real CPU jobs: one value (± half of it
+    per rank) or one per rank."""
 
     def build(self) -> tuple[pa.Table, dict[int, WorkerMeta]]:
         rng = np.random.default_rng(self.seed)
@@ -143,9 +148,17 @@ class SyntheticJob:
                     comm_ms[r, steps] += fault.extra_ms
                     step_ms[r, steps] += fault.extra_ms
         comm_name = GPU_COMM if self.gpu else COMM
-        all_names = [*names, (comm_name, "communication")]
-        ms = np.concatenate([work, comm_ms[:, :, None]], axis=2)  # (R, S, F+1)
-        clock = np.concatenate([clock, np.full((self.n_ranks, 1), np.nan)], axis=1)
+        if isinstance(self.python_wait_share, float | int):
+            jitter = 1 + rng.uniform(-0.5, 0.5, size=(self.n_ranks, 1))
+            share = self.python_wait_share * jitter
+        else:
+            share = np.asarray(self.python_wait_share, dtype=float)[:, None]
+        wait_ms = comm_ms * share
+        all_names = [*names, (comm_name, "communication"), (PY_WAIT, "python")]
+        ms = np.concatenate(
+            [work, (comm_ms - wait_ms)[:, :, None], wait_ms[:, :, None]], axis=2
+        )  # (R, S, F+2)
+        clock = np.concatenate([clock, np.full((self.n_ranks, 2), np.nan)], axis=1)
         return _tables(ms, step_ms, all_names, clock, self.gpu)
 
 
@@ -179,7 +192,10 @@ def _tables(
             "resource_sigma": pa.array(
                 np.where(has_clock, 15.0, np.nan), pa.float64(), from_pandas=True
             ),
-            "beta_per_step": pa.array(list(per_step), pa.list_(pa.float32())),
+            "beta_per_step": pa.ListArray.from_arrays(
+                pa.array(np.arange(len(r_idx) + 1, dtype=np.int32) * n_steps),
+                pa.array(per_step.reshape(-1), pa.float32()),
+            ),
         },
         schema=SUMMARY_SCHEMA,
     )

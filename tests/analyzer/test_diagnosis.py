@@ -299,3 +299,54 @@ def test_reporting_threshold_is_configurable() -> None:
     strict = run(job, thresholds=Thresholds(report_severity=0.5)).verdict
     assert strict.status == "healthy"
     assert strict.findings == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_victims_waiting_in_python_wait_frames_are_still_victims(seed: int) -> None:
+    # On real CPU jobs part of the wait shows as Python `<built-in method wait of …>` frames.
+    job = SyntheticJob(
+        n_ranks=4,
+        seed=seed,
+        python_wait_share=0.4,
+        faults=[Fault([2], "aten::mm", "cpu_op", extra_ms=40.0)],
+    )
+    verdict = run(job).verdict
+    assert [(f.kind, f.ranks, f.category) for f in verdict.findings if f.kind == "slow_worker"] == [
+        ("slow_worker", [2], "cpu_op")
+    ]
+    assert verdict.findings[0].evidence["workers"][0]["victims"]["ranks"] == [0, 1, 3]
+
+
+def test_uneven_python_wait_frames_on_a_healthy_job_are_healthy() -> None:
+    # As on the real healthy demo: two ranks show 5× more of their wait as a Python frame.
+    for seed in range(20):
+        job = SyntheticJob(n_ranks=4, seed=2000 + seed, python_wait_share=[0.1, 0.6, 0.1, 0.6])
+        verdict = run(job).verdict
+        assert verdict.status == "healthy", (seed, verdict.summary)
+    # Treated as work, that wait would make ranks 1 and 3 look slow (this is what the
+    # collective-wait rule prevents).
+    job = SyntheticJob(n_ranks=4, seed=2000, python_wait_share=[0.1, 0.6, 0.1, 0.6])
+    analysis = run(job)
+    nw, k = analysis.features.non_wait_index, analysis.features.wait_index
+    wait_ms = analysis.features.ms[:, k]
+    assert wait_ms.max() - wait_ms.min() < 0.1 * analysis.features.mean_step_ms.mean()
+    assert analysis.features.ms[:, nw].max() < 1.15 * analysis.features.ms[:, nw].min()
+
+
+def test_a_single_rank_has_no_peers_but_expected_ranges_apply() -> None:
+    healthy = run(SyntheticJob(n_ranks=1, seed=21)).verdict
+    assert healthy.status == "healthy"
+    assert healthy.summary.startswith("The rank looks healthy")
+    starving = run(SyntheticJob(n_ranks=1, seed=21, scale={"dataloader": 50.0})).verdict
+    assert [(f.kind, f.category, f.ranks) for f in starving.findings] == [
+        ("expected_range", "dataloader", [0])
+    ]
+    assert starving.findings[0].message.startswith("The rank spends")
+
+
+def test_resource_names_map_to_hardware_categories() -> None:
+    from perfdiag.analyzer.hardware import resource_category
+
+    assert resource_category("sm_clock_MHz") == ("gpu_hardware", True)
+    assert resource_category("bus_bandwidth_GBps") == ("network", True)
+    assert resource_category("cpu") == ("host", True)

@@ -50,3 +50,15 @@ def read_verdict(out: Path) -> Verdict:
 def perfdiag() -> Any:
     """run_perfdiag(*argv, cwd=..., timeout_s=...) → Completed."""
     return run_perfdiag
+
+
+@pytest.fixture
+def verdict_of() -> Any:
+    """verdict_of(out_folder) → the Verdict in its verdict.json."""
+    return read_verdict
+
+
+@pytest.fixture
+def scripts() -> Path:
+    """The folder of the test training scripts."""
+    return HERE

@@ -1,6 +1,6 @@
 """A plain torchrun training script, as users write them: it knows nothing about perfdiag.
 
-    torchrun --nproc-per-node 4 user_train.py --lr 0.1
+torchrun --nproc-per-node 4 user_train.py --lr 0.1
 """
 
 import argparse
@@ -28,7 +28,9 @@ def main() -> None:
     sampler = DistributedSampler(data)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        nn.Sequential(
+            nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     for epoch in range(args.epochs):

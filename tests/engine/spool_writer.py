@@ -2,7 +2,7 @@
 loop profiled with torch.profiler. Run as a script (one process, or under torchrun with gloo).
 
     python spool_writer.py SPOOL --plan-id ID [--first-step N] [--steps K] [--slow-rank R]
-        [--slow-kind python|aten] [--stacks] [--gc-step N]
+        [--slow-kind python|aten] [--stacks] [--shapes] [--gc-step N]
 
 Each profiled step n is a "ProfilerStep#n" range; hook.json carries the step marks (the
 perf_counter_ns at which each step began), the GC pauses seen by gc.callbacks and the rest of
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--slow-kind", choices=["python", "aten"], default="python")
     parser.add_argument("--slow-ms", type=float, default=30.0)
     parser.add_argument("--stacks", action="store_true")
+    parser.add_argument("--shapes", action="store_true", help="record_shapes=True")
     parser.add_argument("--gc-step", type=int, default=-1)
     args = parser.parse_args()
 
@@ -89,7 +90,9 @@ def main() -> None:
         step += 1
     marks: list[dict[str, int]] = []
     gc.callbacks.append(on_gc)
-    prof = profile(activities=[ProfilerActivity.CPU], with_stack=args.stacks)
+    prof = profile(
+        activities=[ProfilerActivity.CPU], with_stack=args.stacks, record_shapes=args.shapes
+    )
     prof.start()
     for _ in range(args.steps + 1):  # warm-up step, then the analysed steps
         marks.append({"step": step, "clock_ns": time.perf_counter_ns()})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import kopf
 import pytest
-
 from perfdiag.operator.settings import OperatorConfig, configure
 
 

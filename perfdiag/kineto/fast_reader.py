@@ -1,0 +1,151 @@
+"""The fast JSON reader: the `traceEvents` array rewritten in place into one event per line and
+parsed by pyarrow's multi-threaded JSON reader against an explicit schema (unknown fields are
+skipped in C++). Returns None whenever the file needs the general reader instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.json as pj
+
+from perfdiag.kineto.json_shape import JSON_SCHEMA, TRACE_EVENTS_KEY
+
+Bytes = npt.NDArray[np.uint8]
+
+_NEWLINE, _SPACE, _COMMA, _TAB, _CR = 10, 32, 44, 9, 13
+_OPEN, _CLOSE = 123, 125  # { }
+_MAX_INDENT = 64  # blanks looked at between the events of a pretty-printed file
+_LABELS = (b'"pid": "', b'"tid": "')
+_LABEL_TAIL = 1 << 16  # Kineto writes its label pids ("Spans") among the last events
+_BLOCK = 1 << 22
+
+
+def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
+    """(top-level fields, JSON_SCHEMA table, decoder of the i-th event), or None."""
+    key = data.find(TRACE_EVENTS_KEY)
+    if key < 0:
+        return None
+    lb = data.find(b"[", key)
+    if lb < 0 or data[key + len(TRACE_EVENTS_KEY) : lb].strip() != b":":
+        return None
+    rb = _events_array_end(data, lb)
+    if rb is None:
+        return None
+    try:
+        header = json.loads(data[: lb + 1] + data[rb:])
+    except ValueError:
+        return None
+    if not isinstance(header, dict):
+        return None
+    header.pop("traceEvents", None)
+    start, stop = lb + 1, rb
+    text = _as_event_lines(data, start, stop)
+    if not (text != _SPACE).any():
+        return header, JSON_SCHEMA.empty_table(), _no_event
+    _rename_labels(text, data, max(start, stop - _LABEL_TAIL), stop, start)
+    table = _parse(text)
+    if table is None:  # perhaps labels before the tail: rename them all and try once more
+        _rename_labels(text, data, start, stop, start)
+        table = _parse(text)
+    if table is None:
+        return None
+    ends = np.flatnonzero(text == _NEWLINE)
+    if len(ends) + 1 != table.num_rows:
+        return None  # not one event per line: row i would not be line i
+    return header, table, _line_decoder(text, ends)
+
+
+def _no_event(index: int) -> Any:
+    return None
+
+
+def _parse(text: Bytes) -> pa.Table | None:
+    options = pj.ParseOptions(explicit_schema=JSON_SCHEMA, unexpected_field_behavior="ignore")
+    try:
+        return pj.read_json(
+            pa.BufferReader(pa.py_buffer(text)),
+            parse_options=options,
+            read_options=pj.ReadOptions(block_size=_BLOCK),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _line_decoder(text: Bytes, ends: npt.NDArray[np.intp]) -> Callable[[int], Any]:
+    starts = np.concatenate([[0], ends + 1])
+    stops = np.concatenate([ends, [len(text)]])
+
+    def decode(index: int) -> Any:
+        try:
+            return json.loads(text[starts[index] : stops[index]].tobytes())
+        except ValueError:
+            return None
+
+    return decode
+
+
+def _as_event_lines(data: bytes, start: int, stop: int) -> Bytes:
+    """data[start:stop] (the inside of the traceEvents array) rewritten byte for byte into one
+    event per line: raw newlines are whitespace in JSON, so they become spaces, and the commas
+    between events ('}' ws* ',' ws* '{') become the newlines."""
+    text: Bytes = np.frombuffer(data, dtype=np.uint8, count=stop - start, offset=start).copy()
+    if not len(text):
+        return text
+    commas = np.flatnonzero(text == _COMMA)
+    np.copyto(text, _SPACE, where=text == _NEWLINE)
+    commas = commas[(commas > 0) & (text[np.maximum(commas - 1, 0)] == _CLOSE)]
+    following = np.zeros(len(commas), dtype=np.uint8)  # the next non-blank byte
+    pending = np.arange(len(commas))
+    last = len(text) - 1
+    for step in range(1, _MAX_INDENT):
+        if not len(pending):
+            break
+        byte = text[np.minimum(commas[pending] + step, last)]
+        blank = (byte == _SPACE) | (byte == _TAB) | (byte == _CR)
+        following[pending[~blank]] = byte[~blank]
+        pending = pending[blank]
+    text[commas[following == _OPEN]] = _NEWLINE
+    return text
+
+
+def _rename_labels(text: Bytes, data: bytes, lo: int, hi: int, origin: int) -> None:
+    """Rename "pid": "Spans" to "pis": "Spans" (and tid) between data offsets lo and hi."""
+    for label in _LABELS:
+        pos = data.find(label, lo, hi)
+        while pos >= 0:
+            text[pos - origin + 3] = ord("s")
+            pos = data.find(label, pos + 1, hi)
+
+
+def _events_array_end(data: bytes, lb: int) -> int | None:
+    """Index of the ']' closing the traceEvents array: the last ']' that follows an event (or
+    the '[') and is followed by the rest of a JSON object."""
+    pos = len(data)
+    for _ in range(256):
+        pos = data.rfind(b"]", lb, pos)
+        if pos < 0:
+            return None
+        before = pos - 1
+        while before > lb and data[before] in b" \t\r\n":
+            before -= 1
+        if data[before] in b"}[" and _is_object_tail(data[pos + 1 :]):
+            return pos
+    return None
+
+
+def _is_object_tail(tail: bytes) -> bool:
+    rest = tail.strip()
+    if rest == b"}":
+        return True
+    if not rest.startswith(b","):
+        return False
+    try:
+        return isinstance(json.loads(b"{" + rest[1:]), dict)
+    except ValueError:
+        return False

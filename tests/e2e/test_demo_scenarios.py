@@ -1,0 +1,42 @@
+"""Every demo scenario, end to end, several times: real 4-rank gloo training under
+`perfdiag demo`, the verdict read back from verdict.json. A flaky diagnosis is a failing one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from perfdiag.analyzer import Thresholds
+
+from perfdiag.demo.scenarios import SCENARIOS
+
+RUNS = 3
+# The fault moves in the last run: nothing may depend on it being rank 2.
+FAULT_RANK_OF_RUN = {1: 2, 2: 2, 3: 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", range(1, RUNS + 1))
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_demo_scenario(name: str, run: int, tmp_path: Path, perfdiag: Any, verdict_of: Any) -> None:
+    scenario = SCENARIOS[name]
+    fault_rank = FAULT_RANK_OF_RUN[run]
+    out = tmp_path / "diag"
+    result = perfdiag("demo", name, "--rank", str(fault_rank), "--out", str(out), cwd=tmp_path)
+    assert result.code == 0, result.explain()
+    assert "demo: the diagnosis matches the scenario" in result.stdout, result.explain()
+
+    verdict = verdict_of(out)
+    assert [w.rank for w in verdict.workers] == [0, 1, 2, 3]
+    assert all(w.state == "ok" for w in verdict.workers)
+    if scenario.healthy:
+        assert verdict.status == "healthy", verdict.to_json()
+        limit = Thresholds().report_severity
+        assert not [f for f in verdict.findings if f.severity >= limit], verdict.to_json()
+    else:
+        assert verdict.status == "degraded", verdict.to_json()
+        top = verdict.findings[0]
+        assert top.ranks == [fault_rank], verdict.to_json()
+        assert top.category == scenario.category, verdict.to_json()
+    assert (out / "report.html").stat().st_size > 1000

@@ -1,0 +1,245 @@
+"""The agent: a real spool window (torch.profiler in a subprocess) → worker files in storage."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from perfdiag.collector import spool
+from perfdiag.collector.agent import (
+    UPLOADED_MARKER,
+    AgentState,
+    process_window,
+    run_agent,
+    window_complete,
+)
+
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.cli import main as cli_main
+from perfdiag.parquet_io import table_from_bytes
+from perfdiag.schema import EVENTS_SCHEMA_ID, SUMMARY_SCHEMA_ID, read_meta
+from perfdiag.storage import open_storage
+from perfdiag.storage.local import LocalStorage
+
+
+def status_of(storage: LocalStorage, rank: int = 0) -> WorkerStatus:
+    return WorkerStatus.model_validate_json(storage.get_text(f"workers/{rank}/status.json"))
+
+
+def test_window_round_trip(spool_copy: Path, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "diag")
+    assert window_complete(spool_copy, 0, "p1")
+    assert not window_complete(spool_copy, 0, "other-plan")
+    assert not window_complete(spool_copy, 1, "p1")
+
+    status = process_window(spool_copy, 0, "p1", storage, pod="pod-a")
+    assert status.phase == "done" and status.error is None
+    assert status.files == ["workers/0/events.parquet", "workers/0/summary.parquet"]
+    assert status.step == 8 and status.pod == "pod-a" and status.plan_id == "p1"
+    assert status_of(storage) == status
+
+    events = table_from_bytes(storage.get_bytes("workers/0/events.parquet"))
+    meta = read_meta(events.schema, EVENTS_SCHEMA_ID)
+    assert (meta.rank, meta.source, meta.pod, meta.window.id) == (0, "hook", "pod-a", "p1")
+    assert (meta.window.start_step, meta.window.steps) == (4, 4)  # step 3 was the warm-up
+    assert meta.python_stacks and not meta.has_gpu and meta.torch_version
+    summary = table_from_bytes(storage.get_bytes("workers/0/summary.parquet"))
+    assert read_meta(summary.schema, SUMMARY_SCHEMA_ID) == meta
+    assert abs(pc.sum(summary["beta"]).as_py() - 1) < 1e-6
+    categories = set(summary["category"].to_pylist())
+    assert {"cpu_op", "python", "dataloader", "gc", "idle"} <= categories
+
+
+def test_gc_pause_lands_where_the_trace_saw_gc_collect(spool_copy: Path, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "diag")
+    process_window(spool_copy, 0, "p1", storage)
+    events = table_from_bytes(storage.get_bytes("workers/0/events.parquet"))
+    gc_events = events.filter(pc.equal(events["category"], "gc"))
+    collect = gc_events.filter(pc.equal(gc_events["name"], "gc.collect(gen=2)")).to_pylist()
+    assert len(collect) == 1 and collect[0]["step"] == 1  # the gc.collect() of step 5
+    # The trace's own Python event for the gc.collect() call must contain the pause.
+    calls = events.filter(pc.equal(events["name"], "<built-in function collect>")).to_pylist()
+    assert len(calls) == 1
+    pause, call = collect[0], calls[0]
+    slack = 2_000_000  # 2 ms: the two clocks are matched at step boundaries
+    assert call["ts_ns"] - slack <= pause["ts_ns"]
+    assert pause["ts_ns"] + pause["dur_ns"] <= call["ts_ns"] + call["dur_ns"] + slack
+    assert pause["dur_ns"] > 0.5 * call["dur_ns"]
+    summary = table_from_bytes(storage.get_bytes("workers/0/summary.parquet")).to_pylist()
+    gc_row = next(r for r in summary if r["function"] == "gc.collect(gen=2)")
+    assert gc_row["category"] == "gc" and gc_row["beta_per_step"][1] > 0.3
+    assert gc_row["beta_per_step"][0] == gc_row["beta_per_step"][2] == 0
+
+
+def test_no_raw_events_when_not_kept(spool_copy: Path, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "diag")
+    status = process_window(spool_copy, 0, "p1", storage, keep_raw=False)
+    assert status.files == ["workers/0/summary.parquet"]
+    assert not storage.exists("workers/0/events.parquet")
+
+
+def test_hook_error_gives_a_failed_status(spool_copy: Path, tmp_path: Path) -> None:
+    hook_path = spool.window_dir(spool_copy, 0, "p1") / spool.HOOK_META
+    hook = json.loads(hook_path.read_text())
+    hook["error"] = "torch.profiler failed to start: boom"
+    hook_path.write_text(json.dumps(hook))
+    storage = LocalStorage(tmp_path / "diag")
+    status = process_window(spool_copy, 0, "p1", storage)
+    assert status.phase == "failed" and "boom" in (status.error or "")
+    assert status_of(storage).phase == "failed"
+    assert not storage.exists("workers/0/summary.parquet")
+
+
+def test_malformed_trace_gives_a_failed_status_naming_the_file(
+    spool_copy: Path, tmp_path: Path
+) -> None:
+    trace = spool.window_dir(spool_copy, 0, "p1") / spool.TRACE
+    trace.write_bytes(trace.read_bytes()[:5000])
+    storage = LocalStorage(tmp_path / "diag")
+    status = process_window(spool_copy, 0, "p1", storage)
+    assert status.phase == "failed"
+    assert str(trace) in (status.error or "") and "not valid JSON" in (status.error or "")
+
+
+def test_stack_dump_is_uploaded(spool_copy: Path, tmp_path: Path) -> None:
+    dump = {"rank": 0, "pid": 1, "host": "h", "time_unix": 1.0, "step": 8, "threads": []}
+    spool.write_json_atomic(spool.stacks_file(spool_copy, 0, "p1"), dump)
+    storage = LocalStorage(tmp_path / "diag")
+    status = process_window(spool_copy, 0, "p1", storage)
+    assert "workers/0/stacks.json" in status.files
+    assert json.loads(storage.get_text("workers/0/stacks.json")) == dump
+
+
+def test_run_agent_processes_each_window_once(spool_copy: Path, tmp_path: Path) -> None:
+    base = LocalStorage(tmp_path / "store")
+    state = run_agent(spool_copy, base, stop=threading.Event(), once=True)
+    assert state.processed == {(0, "p1")}
+    diag = LocalStorage(tmp_path / "store" / "p1")
+    assert status_of(diag).phase == "done"
+    marker = json.loads((spool.window_dir(spool_copy, 0, "p1") / UPLOADED_MARKER).read_text())
+    assert marker["status"]["phase"] == "done"
+    # A restarted agent (fresh memory) neither re-uploads nor downgrades the status.
+    diag.delete("workers/0/summary.parquet")
+    again = run_agent(spool_copy, base, stop=threading.Event(), once=True)
+    assert again.processed == set()
+    assert not diag.exists("workers/0/summary.parquet")
+    assert status_of(diag).phase == "done"
+
+
+def test_heartbeats_follow_the_plan_file_and_phase(spool_copy: Path, tmp_path: Path) -> None:
+    base = LocalStorage(tmp_path / "store")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"id": "p2", "action": "capture", "steps": 3}))
+    beat_path = spool.rank_dir(spool_copy, 0) / spool.HEARTBEAT
+    beat = json.loads(beat_path.read_text())
+    state = AgentState()
+    run_agent(spool_copy, base, stop=threading.Event(), once=True, plan_file=plan_file, state=state)
+    p2 = LocalStorage(tmp_path / "store" / "p2")
+    first = status_of(p2)
+    assert first.plan_id == "p2" and first.phase == "dormant" and first.step == beat["step"]
+    # The hook takes the plan: the phase change is uploaded at once.
+    beat.update(phase="capturing", plan_id="p2", step=beat["step"] + 1, updated_unix=time.time())
+    spool.write_json_atomic(beat_path, beat)
+    run_agent(spool_copy, base, stop=threading.Event(), once=True, plan_file=plan_file, state=state)
+    assert status_of(p2).phase == "capturing" and status_of(p2).step == beat["step"]
+    # Same phase, new step, within the heartbeat period: not uploaded yet.
+    beat.update(step=beat["step"] + 1)
+    spool.write_json_atomic(beat_path, beat)
+    run_agent(
+        spool_copy,
+        base,
+        stop=threading.Event(),
+        once=True,
+        plan_file=plan_file,
+        state=state,
+        heartbeat_s=3600,
+    )
+    assert status_of(p2).step == beat["step"] - 1
+    run_agent(
+        spool_copy,
+        base,
+        stop=threading.Event(),
+        once=True,
+        plan_file=plan_file,
+        state=state,
+        heartbeat_s=0,
+    )
+    assert status_of(p2).step == beat["step"]
+
+
+def test_storage_errors_are_retried_until_storage_comes_back(
+    spool_copy: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "store"
+    root.write_text("a file where the storage folder should be")  # every write fails
+    base = LocalStorage(root)
+    stop = threading.Event()
+    state = AgentState()
+    thread = threading.Thread(
+        target=run_agent,
+        args=(spool_copy, base),
+        kwargs=dict(stop=stop, poll_s=0.02, max_backoff_s=0.1, state=state),
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not state.retries and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert state.retries, "the failing upload was not scheduled for a retry"
+        assert thread.is_alive()
+        root.unlink()
+        while (0, "p1") not in state.processed and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert (0, "p1") in state.processed
+    assert status_of(LocalStorage(root / "p1")).phase == "done"
+
+
+def test_cli_agent_once(
+    spool_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(
+        [
+            "agent",
+            "--spool",
+            str(spool_copy),
+            "--storage",
+            str(tmp_path / "s"),
+            "--once",
+            "--no-raw",
+        ]
+    )
+    assert code == 0
+    storage = open_storage(tmp_path / "s" / "p1")
+    assert storage.exists("workers/0/summary.parquet")
+    assert not storage.exists("workers/0/events.parquet")
+    assert (
+        cli_main(
+            [
+                "agent",
+                "--spool",
+                str(tmp_path / "missing"),
+                "--storage",
+                str(tmp_path / "s"),
+                "--once",
+            ]
+        )
+        == 1
+    )
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_processing_time_is_small(spool_copy: Path, tmp_path: Path) -> None:
+    started = time.perf_counter()
+    process_window(spool_copy, 0, "p1", LocalStorage(tmp_path / "diag"))
+    elapsed = time.perf_counter() - started
+    # A 4-step window of a small model (a few thousand events): well under the time of a
+    # training step of a real job, even on a loaded CI machine.
+    assert elapsed < 10, elapsed

@@ -1,0 +1,297 @@
+"""Malformed Kineto input: a TraceError that names the file and the problem, never a crash.
+
+The explicit corpus (tests/engine/corpus/) pins the messages; hypothesis explores the space
+around it (truncations, random JSON shapes, random event fields, byte mutations).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfdiag.kineto import TraceError, load_trace, read_kineto
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+EXPECTED = {
+    "corrupt.json.gz": "corrupt gzip data",
+    "truncated.json.gz": "truncated gzip data",
+    "not_gzip.json.gz": "not valid JSON",
+    "empty.json": "not valid JSON: the file ends early",
+    "not_json.json": "not valid JSON: Expecting value (line 1, column 1, byte 0)",
+    "truncated_json.json": "not valid JSON: Unterminated string",
+    "top_level_array.json": "the top level is a JSON array, expected an object with 'traceEvents'",
+    "no_trace_events.json": "no 'traceEvents' field",
+    "trace_events_object.json": "'traceEvents' is a JSON object, expected an array",
+    "event_not_object.json": "traceEvents[0] is a JSON number, expected an object",
+    "missing_dur.json": "traceEvents[0] ('aten::mm') has no duration ('dur')",
+    "missing_ts.json": "traceEvents[0] ('aten::mm') has no timestamp ('ts')",
+    "missing_name.json": "traceEvents[0] has no name",
+    "missing_pid.json": "traceEvents[0] ('aten::mm') has no 'pid'",
+    "negative_dur.json": "traceEvents[0] ('aten::mm') has a negative duration (-5.0 µs)",
+    "string_ts.json": "traceEvents[0] field 'ts' is a JSON string, expected a number",
+    "huge_ts.json": "traceEvents[0] field 'ts' is out of range",
+    "no_rank.json": "cannot tell the rank",
+}
+
+
+def test_corpus_is_complete() -> None:
+    assert sorted(p.name for p in CORPUS.iterdir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_sample_gives_a_clear_error(name: str) -> None:
+    path = CORPUS / name
+    with pytest.raises(TraceError) as caught:
+        read_kineto(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: "), message
+    assert EXPECTED[name] in message, message
+
+
+def test_a_rank_given_by_the_caller_or_the_file_name_is_enough(tmp_path: Path) -> None:
+    text = (CORPUS / "no_rank.json").read_text()
+    assert read_kineto(CORPUS / "no_rank.json", rank=5)[1].rank == 5
+    named = tmp_path / "rank-3.Jul_15_10_52_41.1074.pt.trace.json"
+    named.write_text(text)
+    assert read_kineto(named)[1].rank == 3
+
+
+def _valid_trace() -> dict[str, Any]:
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 1, "world_size": 2},
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#7",
+                "pid": 5,
+                "tid": 5,
+                "ts": 100.0,
+                "dur": 50.5,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 5,
+                "tid": 5,
+                "ts": 110.25,
+                "dur": 20,
+                "args": {"External id": 3},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_f32",
+                "pid": 0,
+                "tid": 7,
+                "ts": 120,
+                "dur": 15,
+                "args": {
+                    "device": 0,
+                    "stream": 7,
+                    "correlation": 9,
+                    "Collective name": "allreduce",
+                    "In msg nelems": 1024,
+                    "dtype": "Float",
+                    "Group size": 2,
+                    "Process Group Name": "0",
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler (0)",
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "ts": 90,
+                "dur": 100,
+            },
+            {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 200},
+        ],
+    }
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _read(blob: bytes, suffix: str = ".json") -> Any:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"rank-0{suffix}"
+        path.write_bytes(blob)
+        try:
+            return read_kineto(path)
+        except TraceError as exc:
+            assert str(exc).startswith(f"{path}: ")
+            return exc
+
+
+@SETTINGS
+@given(cut=st.floats(min_value=0.0, max_value=0.999))
+def test_any_truncated_gzip_is_a_trace_error(cut: float) -> None:
+    blob = gzip.compress(json.dumps(_valid_trace(), indent=2).encode())
+    result = _read(blob[: int(len(blob) * cut)], ".json.gz")
+    assert isinstance(result, TraceError)
+
+
+@SETTINGS
+@given(cut=st.integers(min_value=0, max_value=10_000))
+def test_any_truncated_json_is_a_trace_error(cut: int) -> None:
+    text = json.dumps(_valid_trace(), indent=2).encode()
+    cut = cut % len(text.rstrip())
+    result = _read(text[:cut])
+    assert isinstance(result, TraceError)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@SETTINGS
+@given(document=JSON)
+def test_any_json_shape_is_read_or_refused_clearly(document: Any) -> None:
+    _read(json.dumps(document).encode())
+
+
+FIELD_VALUES = (
+    st.none()
+    | st.integers(-5, 10**6)
+    | st.floats(-10, 1e6)
+    | st.text(max_size=6)
+    | st.lists(st.integers(), max_size=2)
+)
+
+
+@SETTINGS
+@given(
+    events=st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "ph": st.sampled_from(["X", "i", "M", "s", 3]),
+                "cat": st.sampled_from(["cpu_op", "kernel", "user_annotation", "python_function"])
+                | FIELD_VALUES,
+                "name": st.sampled_from(["aten::mm", "ProfilerStep#3", "gloo:all_reduce"])
+                | FIELD_VALUES,
+                "pid": FIELD_VALUES,
+                "tid": FIELD_VALUES,
+                "ts": FIELD_VALUES,
+                "dur": FIELD_VALUES,
+                "args": FIELD_VALUES
+                | st.dictionaries(
+                    st.sampled_from(
+                        ["device", "stream", "Collective name", "In msg nelems", "dtype"]
+                    ),
+                    FIELD_VALUES,
+                ),
+            },
+        ),
+        max_size=6,
+    ),
+    indent=st.sampled_from([None, 2]),
+)
+def test_random_event_fields_are_read_or_refused_clearly(
+    events: list[dict[str, Any]], indent: int | None
+) -> None:
+    result = _read(
+        json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}, indent=indent).encode()
+    )
+    if isinstance(result, tuple):
+        table, meta = result
+        assert table.num_rows <= len(events)
+        assert all(d >= 0 for d in table["dur_ns"].to_pylist())
+        assert meta.window.steps >= 1
+
+
+@SETTINGS
+@given(data=st.data())
+def test_byte_mutations_are_read_or_refused_clearly(data: st.DataObject) -> None:
+    text = bytearray(json.dumps(_valid_trace(), indent=2).encode())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text) - 1))
+        action = data.draw(st.sampled_from(["flip", "delete", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'{}[],:"\n 0-.x\\')))
+        if action == "flip":
+            text[at] = byte
+        elif action == "delete":
+            del text[at]
+        else:
+            text.insert(at, byte)
+    _read(bytes(text))
+
+
+def _random_valid_events() -> st.SearchStrategy[list[dict[str, Any]]]:
+    number = st.decimals(
+        min_value=0, max_value=10**13, places=3, allow_nan=False, allow_infinity=False
+    )
+    event = st.fixed_dictionaries(
+        {
+            "ph": st.just("X"),
+            "cat": st.sampled_from(["cpu_op", "kernel", "user_annotation", "gpu_memcpy"]),
+            "name": st.sampled_from(["gloo:all_reduce", "ncclKernel_AllReduce"])
+            | st.text(min_size=1, max_size=10),
+            "pid": st.integers(0, 2**40) | st.sampled_from(["Spans", "stream 7"]),
+            "tid": st.integers(0, 2**40) | st.sampled_from(["Trace", "stream 3"]),
+            "ts": number,
+            "dur": st.decimals(
+                min_value=0, max_value=10**6, places=3, allow_nan=False, allow_infinity=False
+            ),
+        },
+        optional={
+            "args": st.fixed_dictionaries(
+                {},
+                optional={
+                    "correlation": st.integers(0, 2**40),
+                    "device": st.integers(0, 8),
+                    "Collective name": st.sampled_from(["allreduce", "broadcast"]),
+                    "In msg nelems": st.integers(0, 2**30),
+                    "dtype": st.sampled_from(["Float", "BFloat16"]),
+                    "Input Dims": st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2),
+                },
+            )
+        },
+    )
+    return st.lists(event, max_size=8)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value) if value != value.to_integral_value() else int(value)
+    raise TypeError(value)
+
+
+@SETTINGS
+@given(events=_random_valid_events(), indent=st.sampled_from([None, 2, 4]))
+def test_fast_reader_agrees_with_the_general_reader(
+    events: list[dict[str, Any]], indent: int | None
+) -> None:
+    document = {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": events,
+        "traceName": "x",
+    }
+    text = json.dumps(document, indent=indent, default=_encode, ensure_ascii=False).encode()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.json"
+        path.write_bytes(text)
+        raw = load_trace(path)
+        general = load_trace(path, fast=False).events
+    assert raw.events.equals(general), (raw.fast, raw.events.to_pylist(), general.to_pylist())
+    if not any("}" in event["name"] for event in events):
+        assert raw.fast, "the fast reader refused a plain Kineto-shaped file"
