@@ -17,6 +17,7 @@ Charging rules used by perfdiag.critical_path (docs/engine.md explains the choic
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -85,121 +86,136 @@ ENCLOSING_CATEGORIES = frozenset({"dataloader", "gc", "communication"})
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+Column = pa.Array | pa.ChunkedArray
 
 
-def distinct(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, IntArray]:
-    """Distinct values and, per row, the index of its value (nulls read as "")."""
+class Distinct(NamedTuple):
+    """A column as its distinct values and, per row, the index of its value."""
+
+    values: pa.Array
+    index: IntArray
+
+    def mask(self, per_value: BoolArray) -> BoolArray:
+        """Spread a per-value boolean to the rows."""
+        if not len(per_value):
+            return np.zeros(len(self.index), dtype=bool)
+        result: BoolArray = per_value[self.index]
+        return result
+
+
+def distinct(values: Column | Distinct) -> Distinct:
+    """Distinct values and row indices of a column (nulls read as "")."""
+    if isinstance(values, Distinct):
+        return values
     array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     encoded = pc.dictionary_encode(pc.fill_null(array, ""))
     if isinstance(encoded, pa.ChunkedArray):  # pragma: no cover - combine_chunks gives an Array
         encoded = encoded.combine_chunks()
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return encoded.dictionary, indices
+    return Distinct(encoded.dictionary, indices)
 
 
 def _matches(values: pa.Array, pattern: str) -> BoolArray:
     return np.asarray(pc.match_substring_regex(values, pattern).to_numpy(zero_copy_only=False))
 
 
-def categorize(
-    kineto_cat: pa.Array | pa.ChunkedArray, name: pa.Array | pa.ChunkedArray
-) -> pa.Array:
+def _lower(values: pa.Array) -> list[str]:
+    return [str(v).lower() for v in values.to_pylist()]
+
+
+_CATEGORY_NAMES = pa.array(
+    [
+        "other",
+        "gpu_compute",
+        "communication",
+        "gpu_memory",
+        "cuda_runtime",
+        "python",
+        "dataloader",
+        "gc",
+        "cpu_op",
+        "annotation",
+    ],
+    pa.string(),
+)
+_CODE = {name: code for code, name in enumerate(_CATEGORY_NAMES.to_pylist())}
+
+
+def categorize(kineto_cat: Column | Distinct, name: Column | Distinct) -> pa.Array:
     """The taxonomy category of each event (perfdiag.schema.Category)."""
-    cats, cat_idx = distinct(kineto_cat)
-    names, name_idx = distinct(name)
-    lower = [str(c).lower() for c in cats.to_pylist()]
+    cats, names = distinct(kineto_cat), distinct(name)
+    lower = _lower(cats.values)
 
     def cat_is(*wanted: str) -> BoolArray:
-        per_cat = np.array([c in wanted for c in lower], dtype=bool)
-        return per_cat[cat_idx] if len(per_cat) else np.zeros(len(cat_idx), dtype=bool)
+        return cats.mask(np.array([c in wanted for c in lower], dtype=bool))
 
     def name_is(pattern: str) -> BoolArray:
-        per_name = _matches(names, pattern)
-        return per_name[name_idx] if len(per_name) else np.zeros(len(name_idx), dtype=bool)
+        return names.mask(_matches(names.values, pattern))
 
-    n = len(cat_idx)
-    out = np.full(n, "other", dtype=object)
+    code = np.zeros(len(cats.index), dtype=np.int8)
     kernel = cat_is("kernel")
-    out[kernel] = "gpu_compute"
-    out[kernel & name_is(_NCCL_KERNEL)] = "communication"
-    out[cat_is("gpu_memcpy", "gpu_memset")] = "gpu_memory"
-    out[cat_is("cuda_runtime", "cuda_driver", "cuda_sync")] = "cuda_runtime"
+    code[kernel] = _CODE["gpu_compute"]
+    code[kernel & name_is(_NCCL_KERNEL)] = _CODE["communication"]
+    code[cat_is("gpu_memcpy", "gpu_memset")] = _CODE["gpu_memory"]
+    code[cat_is("cuda_runtime", "cuda_driver", "cuda_sync")] = _CODE["cuda_runtime"]
     python = cat_is("python_function")
-    out[python] = "python"
-    out[python & name_is(_DATALOADER_PYTHON)] = "dataloader"
-    out[cat_is("gc")] = "gc"
+    code[python] = _CODE["python"]
+    code[python & name_is(_DATALOADER_PYTHON)] = _CODE["dataloader"]
+    code[cat_is("gc")] = _CODE["gc"]
     host_ops = cat_is("cpu_op", "operator")
-    out[host_ops] = "cpu_op"
+    code[host_ops] = _CODE["cpu_op"]
     ranges = cat_is("user_annotation")
-    out[ranges] = "annotation"
-    out[cat_is("gpu_user_annotation", "trace")] = "annotation"
+    code[ranges | cat_is("gpu_user_annotation", "trace")] = _CODE["annotation"]
     named_host = host_ops | ranges
-    out[named_host & name_is(_DATALOADER_RANGE)] = "dataloader"
-    out[named_host & name_is(_COMM_OP)] = "communication"
-    return pa.array(out, pa.string())
+    code[named_host & name_is(_DATALOADER_RANGE)] = _CODE["dataloader"]
+    code[named_host & name_is(_COMM_OP)] = _CODE["communication"]
+    encoded = pa.DictionaryArray.from_arrays(pa.array(code, pa.int8()), _CATEGORY_NAMES)
+    return pc.cast(encoded, pa.string())
 
 
-def is_container(
-    kineto_cat: pa.Array | pa.ChunkedArray, name: pa.Array | pa.ChunkedArray
-) -> BoolArray:
+def is_container(kineto_cat: Column | Distinct, name: Column | Distinct) -> BoolArray:
     """Ranges that only frame other work (never charged on the critical path)."""
-    cats, cat_idx = distinct(kineto_cat)
-    names, name_idx = distinct(name)
-    lower = [str(c).lower() for c in cats.to_pylist()]
-    always = np.array([c in ("gpu_user_annotation", "trace") for c in lower], dtype=bool)
-    by_name = np.array([c in ("user_annotation", "cpu_op") for c in lower], dtype=bool)
-    container_name = _matches(names, _CONTAINER_RANGE)
-    if not len(cat_idx):
-        return np.zeros(0, dtype=bool)
-    result: BoolArray = always[cat_idx] | (by_name[cat_idx] & container_name[name_idx])
-    return result
+    cats, names = distinct(kineto_cat), distinct(name)
+    lower = _lower(cats.values)
+    always = cats.mask(np.array([c in ("gpu_user_annotation", "trace") for c in lower], dtype=bool))
+    by_name = cats.mask(np.array([c in ("user_annotation", "cpu_op") for c in lower], dtype=bool))
+    return always | (by_name & names.mask(_matches(names.values, _CONTAINER_RANGE)))
 
 
-def is_device(kineto_cat: pa.Array | pa.ChunkedArray) -> BoolArray:
+def is_device(kineto_cat: Column | Distinct) -> BoolArray:
     """Events that run on a GPU (their pid is the device, their tid the stream)."""
-    cats, cat_idx = distinct(kineto_cat)
-    per_cat = np.array([str(c).lower() in DEVICE_CATEGORIES for c in cats.to_pylist()], dtype=bool)
-    if not len(cat_idx):
-        return np.zeros(0, dtype=bool)
-    result: BoolArray = per_cat[cat_idx]
-    return result
+    cats = distinct(kineto_cat)
+    return cats.mask(np.array([c in DEVICE_CATEGORIES for c in _lower(cats.values)], dtype=bool))
 
 
-def charge_class(
-    category: pa.Array | pa.ChunkedArray, on_device: BoolArray
-) -> npt.NDArray[np.int8]:
+def charge_class(category: Column | Distinct, on_device: BoolArray) -> npt.NDArray[np.int8]:
     """The charge class of each event (higher wins when activities overlap)."""
-    cats, idx = distinct(category)
-    per_cat = np.array(
-        [_CLASS_OF_CATEGORY.get(str(c), CLASS_HOST_WORK) for c in cats.to_pylist()], dtype=np.int8
-    )
-    classes = per_cat[idx] if len(idx) else np.zeros(0, dtype=np.int8)
-    comm = np.array([c == "communication" for c in cats.to_pylist()], dtype=bool)
-    if len(idx):
-        classes[comm[idx] & on_device] = CLASS_DEVICE_COMM
+    cats = distinct(category)
+    names = [str(c) for c in cats.values.to_pylist()]
+    per_cat = np.array([_CLASS_OF_CATEGORY.get(c, CLASS_HOST_WORK) for c in names], dtype=np.int8)
+    classes = per_cat[cats.index] if len(per_cat) else np.zeros(len(cats.index), dtype=np.int8)
+    comm = cats.mask(np.array([c == "communication" for c in names], dtype=bool))
+    classes[comm & on_device] = CLASS_DEVICE_COMM
     return classes
 
 
-def is_enclosing(category: pa.Array | pa.ChunkedArray) -> BoolArray:
+def is_enclosing(category: Column | Distinct) -> BoolArray:
     """Spans that keep the time of the work nested inside them (data loading, GC, collectives)."""
-    cats, idx = distinct(category)
-    per_cat = np.array([str(c) in ENCLOSING_CATEGORIES for c in cats.to_pylist()], dtype=bool)
-    if not len(idx):
-        return np.zeros(0, dtype=bool)
-    result: BoolArray = per_cat[idx]
-    return result
+    cats = distinct(category)
+    names = [str(c) for c in cats.values.to_pylist()]
+    return cats.mask(np.array([c in ENCLOSING_CATEGORIES for c in names], dtype=bool))
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def function_names(name: pa.Array | pa.ChunkedArray) -> pa.Array:
+def function_names(name: Column | Distinct) -> pa.Array:
     """Names as the summary shows them: the same on every rank (no object addresses, one name
     for all ProfilerStep#N)."""
-    names, idx = distinct(name)
-    cleaned = pc.replace_substring_regex(names, _ADDRESS.pattern, "")
+    names = distinct(name)
+    cleaned = pc.replace_substring_regex(names.values, _ADDRESS.pattern, "")
     cleaned = pc.replace_substring_regex(cleaned, r"^ProfilerStep#\d+$", "ProfilerStep#*")
-    return cleaned.take(pa.array(idx))
+    return cleaned.take(pa.array(names.index))
 
 
 # Collective names, one spelling for all sources: record_param_comms' "allreduce", NCCL kernel
@@ -211,9 +227,7 @@ _COLLECTIVE_FROM_NAME = [
 ]
 
 
-def collective_names(
-    name: pa.Array | pa.ChunkedArray, from_args: pa.Array | pa.ChunkedArray
-) -> pa.Array:
+def collective_names(name: Column | Distinct, from_args: Column) -> pa.Array:
     """The collective of each communication event (args first, else parsed from the name),
     normalized ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "send"…)."""
     names, idx = distinct(name)

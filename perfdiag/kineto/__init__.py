@@ -94,10 +94,10 @@ def worker_meta(
     info = distributed_info(raw.header)
     world = info.get("world_size")
     host = raw.header.get("host_name")
-    host_events = events.filter(pc.is_null(events["device"]))
+    host_pids = pc.filter(events["pid"], pc.is_null(events["device"]))
     pid = None
-    if host_events.num_rows:
-        counts = pc.value_counts(host_events["pid"]).to_pylist()
+    if len(host_pids):
+        counts = pc.value_counts(host_pids).to_pylist()
         pid = max(counts, key=lambda c: c["counts"])["values"]
     values: dict[str, object] = {
         "rank": rank,

@@ -30,21 +30,16 @@ class StepSpan:
 def profiler_steps(raw: RawTrace) -> list[StepSpan]:
     """The ProfilerStep#N ranges of the trace, by step number (one per number)."""
     events = raw.events
-    found = pc.extract_regex(events["name"], _PROFILER_STEP)
-    mask = pc.is_valid(found)
-    if not pc.any(mask).as_py():
+    names = taxonomy.distinct(events["name"])
+    numbers = pc.struct_field(pc.extract_regex(names.values, _PROFILER_STEP), "n")
+    per_name = np.asarray(pc.is_valid(numbers).to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(names.mask(per_name))
+    if not len(rows):
         return []
-    steps = events.filter(mask)
-    numbers = pc.cast(
-        pc.struct_field(pc.extract_regex(steps["name"], _PROFILER_STEP), "n"), pa.int64()
-    )
-    table = pa.table(
-        {
-            "n": numbers,
-            "start": steps["ts_ns"],
-            "end": pc.add(steps["ts_ns"], steps["dur_ns"]),
-        }
-    )
+    number = np.asarray(pc.cast(numbers, pa.int64()).fill_null(0).to_numpy())[names.index[rows]]
+    start = events["ts_ns"].to_numpy()[rows]
+    end = start + events["dur_ns"].to_numpy()[rows]
+    table = pa.table({"n": number, "start": start, "end": end})
     grouped = table.group_by("n").aggregate([("start", "min"), ("end", "max")]).sort_by("n")
     return [
         StepSpan(int(n), int(s), int(e))
@@ -118,26 +113,21 @@ def build_events(
     inside = pc.and_(pc.less(ts, w1), pc.or_(pc.greater(end, w0), pc.greater_equal(ts, w0)))
     events = events.filter(inside)
 
-    cat = events["cat"]
-    name = events["name"]
+    cat = taxonomy.distinct(events["cat"])
+    name = taxonomy.distinct(events["name"])
     category = taxonomy.categorize(cat, name)
-    device_mask = taxonomy.is_device(cat)
-    on_device = pa.array(device_mask)
+    on_device = pa.array(taxonomy.is_device(cat))
     null_int = pa.scalar(None, pa.int64())
     device = pc.if_else(on_device, pc.coalesce(events["arg_device"], events["pid"]), null_int)
     stream = pc.if_else(on_device, pc.coalesce(events["arg_stream"], events["tid"]), null_int)
     is_comm = pc.equal(category, "communication")
-    collective = pc.if_else(
-        is_comm,
-        taxonomy.collective_names(name, events["collective"]),
-        pa.scalar(None, pa.string()),
-    )
+    collective = _collectives(events, name, is_comm)
     return pa.table(
         {
             "rank": pa.array(np.full(events.num_rows, rank, dtype=np.int32)),
-            "name": name,
+            "name": events["name"],
             "category": category,
-            "kineto_cat": pc.fill_null(cat, ""),
+            "kineto_cat": pc.fill_null(events["cat"], ""),
             "ts_ns": events["ts_ns"],
             "dur_ns": events["dur_ns"],
             "pid": events["pid"],
@@ -156,6 +146,20 @@ def build_events(
         },
         schema=EVENTS_SCHEMA,
     )
+
+
+def _collectives(events: pa.Table, name: taxonomy.Distinct, is_comm: pa.Array) -> pa.Array:
+    """Collective names of the communication events (the others null)."""
+    rows = np.flatnonzero(np.asarray(is_comm.to_numpy(zero_copy_only=False)))
+    out = pa.nulls(events.num_rows, pa.string())
+    if not len(rows):
+        return out
+    taken = pa.array(rows)
+    names = taxonomy.Distinct(name.values, name.index[rows])
+    found = taxonomy.collective_names(names, events["collective"].take(taken))
+    index = np.full(events.num_rows, -1, dtype=np.int64)
+    index[rows] = np.arange(len(rows))
+    return found.take(pa.array(index, mask=index < 0))
 
 
 def step_of(

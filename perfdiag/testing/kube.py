@@ -208,6 +208,9 @@ def _apiserver_argv(
         f"--etcd-servers={etcd_url}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
+        # Kubernetes ≥ 1.37 refuses a loopback address in the `kubernetes` service endpoints;
+        # nothing in the tests reaches the apiserver through that service.
+        "--endpoint-reconciler-type=none",
         f"--secure-port={port}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--cert-dir={workdir / 'apiserver-certs'}",

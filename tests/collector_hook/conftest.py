@@ -174,6 +174,7 @@ def start_training(args: list[str], env: dict[str, str]) -> Training:
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN_LOOP), *args],
         env=env,
+        cwd=HERE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -45,8 +45,8 @@ def test_malformed_plans_are_ignored_with_one_line_each(
     past = (datetime.now(timezone.utc) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     bad_plans = [
         ("{not json", "not valid JSON"),
-        ({**valid, "steps": "many"}, "'steps' must be an integer"),
-        ({**valid, "steps": 10**6}, "1000000"),
+        ({**valid, "steps": "many"}, "'steps' must be an integer in 1…1000, not 'many'"),
+        ({**valid, "steps": 10**6}, "not 1000000"),
         ({**valid, "action": "explode"}, "unknown action 'explode'"),
         ({**valid, "id": 42}, "'id' must be a string"),
         ({**valid, "extra": True}, "unknown plan field"),

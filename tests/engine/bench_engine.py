@@ -1,17 +1,18 @@
 """Timings of the per-worker engine (not a test: run it by hand, numbers go in docs/engine.md).
 
-    .venv/bin/python tests/engine/bench_engine.py [--repeat N]
+    .venv/bin/python tests/engine/bench_engine.py [--repeat N] [--hta-python PYTHON]
 
-1. Kineto ingest of the two largest shared HTA traces (~109k and ~105k events), each in a
-   fresh process (wall time, peak RSS), next to `json.load` of the same files (the first step
-   of any pure-Python reader, HTA's included).
+1. Kineto ingest of the two largest shared HTA traces (~109k and ~105k events) in a fresh
+   process (wall and CPU time, peak RSS), one after the other and in two threads; next to
+   HTA's own TraceAnalysis load of the same two files when --hta-python names a Python that
+   has HolisticTraceAnalysis, and `json.load` of them (the first step of any pure-Python
+   reader).
 2. Critical path + summary on ~1M events (the biggest trace repeated in time).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,55 +27,92 @@ FILES = [
 
 CHILD_INGEST = """
 import resource, sys, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 t = time.perf_counter()
 from perfdiag.kineto import read_kineto
 imported = time.perf_counter()
-rows = 0
-for name in sys.argv[1:]:
-    events, meta = read_kineto(Path(name))
-    rows += events.num_rows
+parallel = sys.argv[1] == "parallel"
+paths = [Path(name) for name in sys.argv[2:]]
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+if parallel:
+    with ThreadPoolExecutor(len(paths)) as pool:
+        results = list(pool.map(read_kineto, paths))
+else:
+    results = [read_kineto(path) for path in paths]
 done = time.perf_counter()
-print(f"{done - imported:.3f} {imported - t:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} {rows}")
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+rows = sum(events.num_rows for events, _ in results)
+print(f"{done - imported:.3f} {cpu:.3f} {r1.ru_maxrss / 1024:.0f} {rows}")
+"""
+
+CHILD_HTA = """
+import logging, resource, sys, time
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+t = time.perf_counter()
+r0 = resource.getrusage(resource.RUSAGE_SELF); c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+TraceAnalysis(trace_dir=sys.argv[1])
+done = time.perf_counter()
+r1 = resource.getrusage(resource.RUSAGE_SELF); c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = sum(b - a for a, b in [(r0.ru_utime, r1.ru_utime), (r0.ru_stime, r1.ru_stime),
+                             (c0.ru_utime, c1.ru_utime), (c0.ru_stime, c1.ru_stime)])
+print(f"{done - t:.3f} {cpu:.3f} {max(r1.ru_maxrss, c1.ru_maxrss) / 1024:.0f}")
 """
 
 CHILD_JSON = """
 import gzip, json, resource, sys, time
 t = time.perf_counter()
-n = 0
 for name in sys.argv[1:]:
     with gzip.open(name) as fh:
-        n += len(json.load(fh)["traceEvents"])
-print(f"{time.perf_counter() - t:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} {n}")
+        json.load(fh)
+print(f"{time.perf_counter() - t:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
 """
 
 
-def run(code: str, files: list[Path]) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code, *map(str, files)], capture_output=True, text=True, check=True
-    )
+def run(code: str, *args: str, python: str = sys.executable) -> list[str]:
+    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, check=True)
     return out.stdout.split()
+
+
+def best_of(label: str, runs: list[list[str]], unit: str = "events") -> float:
+    best = min(runs, key=lambda r: float(r[0]))
+    median = sorted(float(r[0]) for r in runs)[len(runs) // 2]
+    print(
+        f"{label}: best {float(best[0]):.3f} s wall (median {median:.3f}), "
+        f"{float(best[1]):.3f} s CPU, peak RSS {best[2]} MB"
+        + (f", {best[3]} {unit}" if len(best) > 3 else "")
+    )
+    return float(best[0])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument(
+        "--hta-python",
+        help="a Python with HolisticTraceAnalysis installed, to time its TraceAnalysis load",
+    )
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()}, cores: {os.cpu_count()}")
-    ingest = [run(CHILD_INGEST, FILES) for _ in range(args.repeat)]
-    best = min(ingest, key=lambda r: float(r[0]))
-    print(
-        f"read_kineto, 2 ranks ({best[3]} window events): best {float(best[0]):.3f} s, "
-        f"median {sorted(float(r[0]) for r in ingest)[len(ingest) // 2]:.3f} s, "
-        f"peak RSS {best[2]} MB (imports {float(best[1]):.2f} s, not counted)"
-    )
-    baseline = [run(CHILD_JSON, FILES) for _ in range(args.repeat)]
-    best_json = min(baseline, key=lambda r: float(r[0]))
-    print(
-        f"gzip + json.load alone, 2 ranks ({best_json[2]} events): best {float(best_json[0]):.3f} s,"
-        f" peak RSS {best_json[1]} MB"
-    )
+    files = [str(f) for f in FILES]
+    for mode in ("sequential", "parallel"):
+        runs = [run(CHILD_INGEST, mode, *files) for _ in range(args.repeat)]
+        best_of(f"read_kineto, 2 ranks, {mode}", runs, "window events")
+    if args.hta_python:
+        import shutil
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            for rank, path in enumerate(FILES):
+                shutil.copy(path, Path(folder) / f"rank-{rank}.json.gz")
+            runs = [run(CHILD_HTA, folder, python=args.hta_python) for _ in range(args.repeat)]
+            best_of("HTA TraceAnalysis load, 2 ranks", runs)
+    runs = [run(CHILD_JSON, *files) for _ in range(args.repeat)]
+    best = min(runs, key=lambda r: float(r[0]))
+    print(f"gzip + json.load alone, 2 ranks: best {float(best[0]):.3f} s, peak RSS {best[1]} MB")
 
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -117,7 +155,6 @@ def main() -> None:
         f"summarize (critical path included), {big.num_rows} events: best {min(times):.3f} s, "
         f"{summary.num_rows} rows"
     )
-    print(json.dumps({"ingest_s": float(best[0]), "json_load_s": float(best_json[0])}))
 
 
 if __name__ == "__main__":
