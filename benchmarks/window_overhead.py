@@ -94,7 +94,6 @@ def sample(ends: list[int], first: int, profiled: int) -> Sample:
 def sizes(window: Path, work: Path) -> dict[str, float]:
     """Process the hook's window with the agent; file sizes (KiB) and processing time."""
     from perfdiag.collector.agent import process_window
-
     from perfdiag.storage import open_storage
 
     storage = open_storage(work / "capture")

@@ -21,9 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from perfdiag.collector import spool
-
 from perfdiag.api.worker import WorkerPhase, WorkerStatus
+from perfdiag.collector import spool
 from perfdiag.storage import Storage, StorageError, layout, open_storage
 
 log = logging.getLogger("perfdiag.agent")

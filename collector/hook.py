@@ -367,17 +367,16 @@ class Hook:
             self._set_phase("failed", plan.id, error)
             return
         plan_data = json.loads(text)
-        with self._lock:
+        with self._lock:  # the training thread takes the plan under this lock
             replaced = self._armed
             self._armed = (plan, plan_data)
             self._busy = not self._disabled
-            capturing = self._window is not None
+            if self._window is None:  # else it starts when the current window ends
+                self._set_phase("armed", plan.id, None)
         if replaced is not None:
             self._log_once(
                 f"replaced:{replaced[0].id}", f"plan {replaced[0].id} was replaced by {plan.id}"
             )
-        if not capturing:  # otherwise it starts when the current window ends
-            self._set_phase("armed", plan.id, None)
 
     def _already_answered(self, plan: HookPlan) -> bool:
         """A plan answered before this process started (a restarted container, same spool)."""

@@ -77,8 +77,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temp file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    text = json.dumps(data)  # the C encoder; json.dump would encode in Python
     with open(tmp, "w") as fh:
-        json.dump(data, fh)
+        fh.write(text)
     os.replace(tmp, path)
 
 

@@ -17,7 +17,7 @@ Charging rules used by perfdiag.critical_path (docs/engine.md explains the choic
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,7 @@ KINETO_CATEGORIES: dict[str, str | None] = {
     "cuda_runtime": "cuda_runtime",
     "cuda_driver": "cuda_runtime",
     "cuda_sync": "cuda_runtime",
-    "python_function": "python (dataloader under torch/utils/data/)",
+    "python_function": "python (dataloader under torch/utils/data/, communication for c10d waits)",
     "cpu_op": "cpu_op (communication for c10d/record_param_comms ops)",
     "operator": "cpu_op (old name of cpu_op)",
     "user_annotation": "annotation (dataloader, communication or container by name)",
@@ -58,6 +58,8 @@ _COMM_OP = (
 )
 _DATALOADER_RANGE = r"^enumerate\(DataLoader\)#"
 _DATALOADER_PYTHON = r"^torch/utils/data/"
+# The Python frame of a blocking wait on a collective (Work.wait(), a c10d future).
+_COMM_WAIT_PYTHON = r"^<built-in method wait of torch\._C\._distributed_c10d\."
 _CONTAINER_RANGE = r"^(ProfilerStep#|Optimizer\.step#|Optimizer\.zero_grad#)"
 
 # Charge classes: higher wins when activities overlap in time.
@@ -86,20 +88,20 @@ ENCLOSING_CATEGORIES = frozenset({"dataloader", "gc", "communication"})
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
-Column = pa.Array | pa.ChunkedArray
+Column: TypeAlias = "pa.Array | pa.ChunkedArray"
 
 
 class Distinct(NamedTuple):
     """A column as its distinct values and, per row, the index of its value."""
 
     values: pa.Array
-    index: IntArray
+    codes: IntArray
 
     def mask(self, per_value: BoolArray) -> BoolArray:
         """Spread a per-value boolean to the rows."""
         if not len(per_value):
-            return np.zeros(len(self.index), dtype=bool)
-        result: BoolArray = per_value[self.index]
+            return np.zeros(len(self.codes), dtype=bool)
+        result: BoolArray = per_value[self.codes]
         return result
 
 
@@ -152,7 +154,7 @@ def categorize(kineto_cat: Column | Distinct, name: Column | Distinct) -> pa.Arr
     def name_is(pattern: str) -> BoolArray:
         return names.mask(_matches(names.values, pattern))
 
-    code = np.zeros(len(cats.index), dtype=np.int8)
+    code = np.zeros(len(cats.codes), dtype=np.int8)
     kernel = cat_is("kernel")
     code[kernel] = _CODE["gpu_compute"]
     code[kernel & name_is(_NCCL_KERNEL)] = _CODE["communication"]
@@ -161,6 +163,7 @@ def categorize(kineto_cat: Column | Distinct, name: Column | Distinct) -> pa.Arr
     python = cat_is("python_function")
     code[python] = _CODE["python"]
     code[python & name_is(_DATALOADER_PYTHON)] = _CODE["dataloader"]
+    code[python & name_is(_COMM_WAIT_PYTHON)] = _CODE["communication"]
     code[cat_is("gc")] = _CODE["gc"]
     host_ops = cat_is("cpu_op", "operator")
     code[host_ops] = _CODE["cpu_op"]
@@ -193,7 +196,7 @@ def charge_class(category: Column | Distinct, on_device: BoolArray) -> npt.NDArr
     cats = distinct(category)
     names = [str(c) for c in cats.values.to_pylist()]
     per_cat = np.array([_CLASS_OF_CATEGORY.get(c, CLASS_HOST_WORK) for c in names], dtype=np.int8)
-    classes = per_cat[cats.index] if len(per_cat) else np.zeros(len(cats.index), dtype=np.int8)
+    classes = per_cat[cats.codes] if len(per_cat) else np.zeros(len(cats.codes), dtype=np.int8)
     comm = cats.mask(np.array([c == "communication" for c in names], dtype=bool))
     classes[comm & on_device] = CLASS_DEVICE_COMM
     return classes
@@ -215,7 +218,7 @@ def function_names(name: Column | Distinct) -> pa.Array:
     names = distinct(name)
     cleaned = pc.replace_substring_regex(names.values, _ADDRESS.pattern, "")
     cleaned = pc.replace_substring_regex(cleaned, r"^ProfilerStep#\d+$", "ProfilerStep#*")
-    return cleaned.take(pa.array(names.index))
+    return cleaned.take(pa.array(names.codes))
 
 
 # Collective names, one spelling for all sources: record_param_comms' "allreduce", NCCL kernel

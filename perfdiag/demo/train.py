@@ -33,7 +33,7 @@ from torch.utils.data.distributed import DistributedSampler
 SCENARIOS = ("healthy", "python-hotspot", "compute-straggler", "dataloader-stall")
 
 FEATURES = 256
-HIDDEN = 512
+HIDDEN = 256
 CLASSES = 16
 SYNC_EVERY = 10
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     faulty = args.scenario != "healthy" and rank == args.fault_rank
     torch.manual_seed(0)
 
-    read_delay = 0.0005 if faulty and args.scenario == "dataloader-stall" else 0.0
+    read_delay = 0.0004 if faulty and args.scenario == "dataloader-stall" else 0.0
     dataset = SyntheticDataset(args.batch_size * world * 64, read_delay_s=read_delay)
     sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=world, rank=rank, seed=0
@@ -149,9 +149,9 @@ def main(argv: list[str] | None = None) -> None:
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
             if faulty and args.scenario == "python-hotspot":
-                tokenize(args.batch_size, 900)
+                tokenize(args.batch_size, 1300)
             if faulty and args.scenario == "compute-straggler":
-                extra_compute(224, 14)
+                extra_compute(256, 15)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             loss.backward()

@@ -36,7 +36,7 @@ def profiler_steps(raw: RawTrace) -> list[StepSpan]:
     rows = np.flatnonzero(names.mask(per_name))
     if not len(rows):
         return []
-    number = np.asarray(pc.cast(numbers, pa.int64()).fill_null(0).to_numpy())[names.index[rows]]
+    number = np.asarray(pc.cast(numbers, pa.int64()).fill_null(0).to_numpy())[names.codes[rows]]
     start = events["ts_ns"].to_numpy()[rows]
     end = start + events["dur_ns"].to_numpy()[rows]
     table = pa.table({"n": number, "start": start, "end": end})
@@ -155,7 +155,7 @@ def _collectives(events: pa.Table, name: taxonomy.Distinct, is_comm: pa.Array) -
     if not len(rows):
         return out
     taken = pa.array(rows)
-    names = taxonomy.Distinct(name.values, name.index[rows])
+    names = taxonomy.Distinct(name.values, name.codes[rows])
     found = taxonomy.collective_names(names, events["collective"].take(taken))
     index = np.full(events.num_rows, -1, dtype=np.int64)
     index[rows] = np.arange(len(rows))

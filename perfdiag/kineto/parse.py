@@ -77,12 +77,14 @@ def load_trace(path: Path, *, fast: bool = True) -> RawTrace:
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     data = _decompress(path, blob)
+    del blob
     result = read_fast(data) if fast else None
     if result is not None:
         header, table, decode = result
     else:
         header, table, items = read_general(path, data)
         decode = items.__getitem__
+    del data  # the text is no longer needed: keep the peak memory down
     events = _add_comm_args(_finish(path, header, table), decode)
     return RawTrace(path, header, events, fast=result is not None)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perfdiag.collector import spool
-from perfdiag.collector.hookdir import materialize
 
 from perfdiag.api.plan import Plan
+from perfdiag.collector import spool
+from perfdiag.collector.hookdir import materialize
 
 HERE = Path(__file__).resolve().parent
 TRAIN_LOOP = HERE / "train_loop.py"

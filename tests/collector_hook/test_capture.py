@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from perfdiag.collector import spool
 
 from perfdiag.api.plan import Plan
+from perfdiag.collector import spool
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perfdiag.collector import spool
 
 from perfdiag.api.plan import Plan
+from perfdiag.collector import spool
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from perfdiag.collector.hook_plan import HookPlan, PlanError, parse_plan
 from pydantic import ValidationError
 
 from perfdiag.api.plan import Plan
+from perfdiag.collector.hook_plan import HookPlan, PlanError, parse_plan
 
 WHITESPACE = ["", " ", "\t", "\n", "\xa0", "  ", "\r\n"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from perfdiag.collector import spool
 
 from perfdiag.api.plan import Plan
+from perfdiag.collector import spool
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim import optimizer as optimizer_module
+
 from perfdiag.collector import spool
 from perfdiag.collector.hook import Hook
-from torch.optim import optimizer as optimizer_module
 
 
 @pytest.fixture

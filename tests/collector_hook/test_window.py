@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from perfdiag.collector import spool
 from perfdiag.collector.hook_plan import HookPlan
 from perfdiag.collector.hook_profiler import (

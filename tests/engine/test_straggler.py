@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from perfdiag.collector.agent import process_window
 
+from perfdiag.collector.agent import process_window
 from perfdiag.parquet_io import table_from_bytes
 from perfdiag.storage.local import LocalStorage
 

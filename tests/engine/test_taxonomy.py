@@ -23,7 +23,7 @@ ALLOWED = {
     "cpu_op": {"cpu_op", "communication", "dataloader"},
     "user_annotation": {"annotation", "communication", "dataloader"},
     "gpu_user_annotation": {"annotation"},
-    "python_function": {"python", "dataloader"},
+    "python_function": {"python", "dataloader", "communication"},
 }
 
 
@@ -77,6 +77,10 @@ def test_cpu_job_names() -> None:
         ("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
         ("python_function", "torch/utils/data/dataloader.py(1280): _try_get_data"),
         ("python_function", "train.py(20): main"),
+        (
+            "python_function",
+            "<built-in method wait of torch._C._distributed_c10d.Work object at 0x7f0>",
+        ),
         ("user_annotation", "ProfilerStep#12"),
         ("user_annotation", "Optimizer.step#SGD.step"),
         ("user_annotation", "DistributedDataParallel.forward"),
@@ -95,6 +99,7 @@ def test_cpu_job_names() -> None:
         "dataloader",
         "dataloader",
         "python",
+        "communication",
         "annotation",
         "annotation",
         "annotation",
