@@ -17,7 +17,7 @@ import time
 # (phase name, the progress line that ends it)
 MILESTONES = (
     ("start: torchrun, 4 ranks import torch, gloo rendezvous", "waiting for 4 ranks to reach"),
-    ("warm-up steps, until the plan is written", "ranks passed step"),
+    ("warm-up steps, until the plan is written", "or later: capturing"),
     ("window: plan pick-up, profiled steps, trace export", "processing rank"),
     ("processing the ranks' windows (agent)", "analyzing"),
     ("analysis: verdict.json and report.html", "wrote "),

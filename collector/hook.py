@@ -11,8 +11,9 @@ profiles steps + 1 steps and writes the window when it ends (the only time train
 Step boundaries: a global optimizer step post hook, counting the steps of one optimizer (the
 first that steps; the next one that steps once it is garbage-collected), or explicit
 `perfdiag.collector.step()` calls; once step() has been called, optimizer steps no longer
-count (the first call takes over the boundary an optimizer step just counted). A process becomes a "rank process" (thread started, heartbeats written) at its first
-step boundary, so the launcher and DataLoader workers, which never step, stay silent.
+count (the first call takes over the boundary an optimizer step just counted). A process
+becomes a "rank process" (thread started, heartbeats written) at its first step boundary, so
+the launcher and DataLoader workers, which never step, stay silent.
 
 Every failure is contained: logged once ("perfdiag.hook" logger), the window ends, the hook
 goes dormant; nothing is raised into the training. Nothing happens at all unless both
@@ -89,6 +90,7 @@ def step() -> None:
 
 
 def active_hook() -> Optional[Hook]:
+    """The hook of this process, when installed (for tests and diagnostics)."""
     return _hook
 
 

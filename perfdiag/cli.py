@@ -72,4 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m perfdiag.cli`: this file is then `__main__`, a second copy of the module; run
+    # the real perfdiag.cli, whose CliError is the one the commands raise.
+    from perfdiag.cli import main as _main
+
+    sys.exit(_main())

@@ -27,7 +27,7 @@ from perfdiag.local.window import (
     WindowCoordinator,
     WindowSettings,
 )
-from perfdiag.storage import Storage, layout
+from perfdiag.storage import Storage, StorageError, layout
 
 EXIT_TRAINING_FAILED = 3
 EXIT_WINDOW_INCOMPLETE = 4
@@ -78,6 +78,8 @@ def run_local(
     window completes (4), or is interrupted (130/143)."""
     from perfdiag.collector.hookdir import materialize
 
+    if run.spool_dir is not None and run.spool_dir.exists() and any(run.spool_dir.iterdir()):
+        raise CliError(f"--spool {run.spool_dir} is not empty (old heartbeats would mislead)")
     with tempfile.TemporaryDirectory(prefix="perfdiag-") as tmp:
         hook_dir = materialize(Path(tmp) / "hook")
         spool_dir = run.spool_dir or Path(tmp) / "spool"
@@ -89,6 +91,8 @@ def run_local(
         try:
             with SignalForwarding(training) as signals:
                 return _supervise(run, storage, progress, on_verdict, training, signals, spool_dir)
+        except StorageError as exc:
+            raise CliError(f"cannot write the capture to {storage.uri}: {exc}") from exc
         finally:
             training.stop()
 

@@ -6,7 +6,9 @@ skipped in C++). Returns None whenever the file needs the general reader instead
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,22 @@ _OPEN, _CLOSE = 123, 125  # { }
 _MAX_INDENT = 64  # blanks looked at between the events of a pretty-printed file
 _LABELS = (b'"pid": "', b'"tid": "')
 _LABEL_TAIL = 1 << 16  # Kineto writes its label pids ("Spans") among the last events
+_LABEL_PATTERN = re.compile(rb'"[pt]id": "')
+_CHUNK = 1 << 22  # bytes per vectorized pass: bounds the temporaries
 _BLOCK = 1 << 22
 
 
-def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
-    """(top-level fields, JSON_SCHEMA table, decoder of the i-th event), or None."""
+@dataclass
+class Prepared:
+    """The top-level fields and the event lines of a trace, ready to parse."""
+
+    header: dict[str, Any]
+    text: Bytes
+
+
+def prepare(data: bytes) -> Prepared | None:
+    """Split off the top-level fields and rewrite the events into lines (None: this file needs
+    the general reader). The result does not refer to `data`, which the caller may drop."""
     key = data.find(TRACE_EVENTS_KEY)
     if key < 0:
         return None
@@ -46,12 +59,21 @@ def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], An
     header.pop("traceEvents", None)
     start, stop = lb + 1, rb
     text = _as_event_lines(data, start, stop)
+    _rename_labels(text, data, max(start, stop - _LABEL_TAIL), stop, start)
+    return Prepared(header, text)
+
+
+def read_prepared(
+    prepared: Prepared,
+) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
+    """(top-level fields, JSON_SCHEMA table, decoder of the i-th event), or None."""
+    header, text = prepared.header, prepared.text
     if not (text != _SPACE).any():
         return header, JSON_SCHEMA.empty_table(), _no_event
-    _rename_labels(text, data, max(start, stop - _LABEL_TAIL), stop, start)
     table = _parse(text)
     if table is None:  # perhaps labels before the tail: rename them all and try once more
-        _rename_labels(text, data, start, stop, start)
+        for match in _LABEL_PATTERN.finditer(text.data):
+            text[match.start() + 3] = ord("s")
         table = _parse(text)
     if table is None:
         return None
@@ -59,6 +81,12 @@ def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], An
     if len(ends) + 1 != table.num_rows:
         return None  # not one event per line: row i would not be line i
     return header, table, _line_decoder(text, ends)
+
+
+def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
+    """prepare + read_prepared."""
+    prepared = prepare(data)
+    return read_prepared(prepared) if prepared is not None else None
 
 
 def _no_event(index: int) -> Any:
@@ -95,10 +123,12 @@ def _as_event_lines(data: bytes, start: int, stop: int) -> Bytes:
     event per line: raw newlines are whitespace in JSON, so they become spaces, and the commas
     between events ('}' ws* ',' ws* '{') become the newlines."""
     text: Bytes = np.frombuffer(data, dtype=np.uint8, count=stop - start, offset=start).copy()
-    if not len(text):
-        return text
-    commas = np.flatnonzero(text == _COMMA)
-    np.copyto(text, _SPACE, where=text == _NEWLINE)
+    found = []
+    for lo in range(0, len(text), _CHUNK):
+        part = text[lo : lo + _CHUNK]
+        found.append(np.flatnonzero(part == _COMMA) + lo)
+        np.copyto(part, _SPACE, where=part == _NEWLINE)
+    commas = np.concatenate(found) if found else np.zeros(0, dtype=np.intp)
     commas = commas[(commas > 0) & (text[np.maximum(commas - 1, 0)] == _CLOSE)]
     following = np.zeros(len(commas), dtype=np.uint8)  # the next non-blank byte
     pending = np.arange(len(commas))

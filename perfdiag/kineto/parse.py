@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto.fast_reader import read_fast
+from perfdiag.kineto.fast_reader import prepare, read_prepared
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.kineto.json_shape import GZIP_MAGIC, TraceError
 
@@ -78,13 +78,20 @@ def load_trace(path: Path, *, fast: bool = True) -> RawTrace:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     data = _decompress(path, blob)
     del blob
-    result = read_fast(data) if fast else None
+    prepared = prepare(data) if fast else None
+    result = None
+    if prepared is not None:
+        del data  # the rewritten copy is all the parse needs: keep the peak memory down
+        result = read_prepared(prepared)
+        del prepared
+        if result is None:  # rare: the general reader needs the text again
+            data = _decompress(path, path.read_bytes())
     if result is not None:
         header, table, decode = result
     else:
         header, table, items = read_general(path, data)
         decode = items.__getitem__
-    del data  # the text is no longer needed: keep the peak memory down
+        del data
     events = _add_comm_args(_finish(path, header, table), decode)
     return RawTrace(path, header, events, fast=result is not None)
 

@@ -15,7 +15,8 @@ import time
 from types import FrameType
 from typing import IO, BinaryIO
 
-TAIL_LINES = 50
+# Enough to find the first failed rank's traceback above torchrun's own report.
+TAIL_LINES = 500
 
 
 class OutputTail:

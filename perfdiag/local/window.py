@@ -156,9 +156,8 @@ class WindowCoordinator:
         self.state.plan = plan
         self.state.plan_written_at = time.monotonic()
         self.progress(
-            f"ranks passed step {min(b.step for b in beats.values())}: capturing "
-            f"{self.settings.capture_steps} steps (+1 profiler warm-up) on "
-            f"{len(beats)} ranks…"
+            f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
+            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up)…"
         )
         return plan
 

@@ -86,9 +86,19 @@ Root Cause (first observed failure):
 
 def test_failed_ranks_from_torchrun_summary() -> None:
     lines = TORCHRUN_FAILURE.splitlines()
-    assert failed_ranks(lines) == {3: -15, 1: 7}
+    assert failed_ranks(lines) == ({3: -15, 1: 7}, 1)
     message = training_failed_message(1, lines, steps_seen=4)
     assert "torchrun exit code 1" in message
-    assert "rank 1 exited with code 7" in message and "rank 3 exited with code -15" in message
+    assert "rank 1 exited with code 7 (the first failure), rank 3 exited with code -15" in message
     assert "after 4 steps" in message
     assert "    | /tmp/train.py FAILED" in message
+
+
+def test_the_first_failure_is_quoted_even_far_above_the_end() -> None:
+    own = ["[rank1]: Traceback (most recent call last):", "[rank1]: RuntimeError: boom"]
+    noise = [f"[rank3]: noise {i}" for i in range(200)]
+    lines = own + noise + TORCHRUN_FAILURE.splitlines()
+    message = training_failed_message(1, lines, steps_seen=4)
+    assert "Last lines of rank 1:\n    | [rank1]: Traceback" in message
+    assert "    | [rank1]: RuntimeError: boom" in message
+    assert "noise 5\n" not in message  # the output's tail is cut to its last lines

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perfdiag.analyzer import Thresholds
 
+from perfdiag.analyzer import Thresholds
 from perfdiag.demo.scenarios import SCENARIOS
 
 RUNS = 3

@@ -48,7 +48,7 @@ def test_run_unmodified_script_then_reanalyze(
     # training ran to its end after the window.
     printed = Verdict.model_validate(json.loads(result.stdout))
     assert "epoch 3 loss" in result.stderr
-    assert "perfdiag: capturing" in result.stderr or "perfdiag: ranks passed step" in result.stderr
+    assert "or later: capturing 10 steps (+1 profiler warm-up)" in result.stderr
 
     verdict = verdict_of(out)
     assert printed == verdict

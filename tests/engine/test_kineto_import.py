@@ -164,3 +164,40 @@ def test_profiler_step_ranges_are_contiguous_steps(hta_files: list[Path]) -> Non
     bounds = np.array(meta.window.step_bounds_ns)
     assert (bounds[:, 0] == starts).all()
     assert (bounds[:-1, 1] == starts[1:]).all()
+
+
+def test_label_pids_far_from_the_end_keep_the_fast_reader(tmp_path: Path) -> None:
+    # Kineto writes its label pids ("Spans") among the last events; elsewhere, the fast reader
+    # must still cope (rename them all) rather than fall back to the slow one.
+    label = {
+        "ph": "X",
+        "cat": "Trace",
+        "name": "PyTorch Profiler (0)",
+        "pid": "Spans",
+        "tid": "PyTorch Profiler",
+        "ts": 0,
+        "dur": 10,
+    }
+    events = [label] + [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"aten::op{i % 7}",
+            "pid": 3,
+            "tid": 3,
+            "ts": 1 + i,
+            "dur": 1,
+            "args": {"External id": i, "Input Dims": [[i, 3]]},
+        }
+        for i in range(3000)
+    ]
+    import json as json_module
+
+    path = tmp_path / "rank-0.json"
+    path.write_text(json_module.dumps({"traceEvents": events}, indent=2))
+    assert path.stat().st_size > 4 * 65536
+    raw = load_trace(path)
+    assert raw.fast
+    assert raw.events.equals(load_trace(path, fast=False).events)
+    assert raw.events.num_rows == 3001
+    assert raw.events["pid"].null_count == 1
