@@ -1,12 +1,13 @@
 """The training loop the window benchmark runs in a child process: the demo's model and
 DataLoader in one process, with each step's end time recorded.
 
-    python window_loop.py --mode none|hook|profiler --steps N --window-at W --capture K \
+    python window_loop.py --mode none|hook|profiler --window-at W --capture K --after A \
         [--python-stacks] --result out.json
 
 mode none      no profiling at all
 mode hook      the perfdiag hook (PERFDIAG_SPOOL / PERFDIAG_PLAN / PYTHONPATH set by the caller);
-               the loop writes the plan file itself at step W, as `perfdiag run` would
+               the loop writes the plan file itself at step W, as `perfdiag run` would, and
+               runs until A steps after the hook has written its window
 mode profiler  plain torch.profiler with the hook's settings (CPU activity, with_stack as
                asked, record_shapes off) started at the end of step W, `prof.step()` at each
                step end, stopped after K+1 steps and its trace exported to a Chrome trace
@@ -31,7 +32,7 @@ from perfdiag.demo.train import SyntheticDataset, build_model
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("none", "hook", "profiler"), required=True)
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--after", type=int, default=40, help="steps after the window")
     parser.add_argument("--window-at", type=int, default=20)
     parser.add_argument("--capture", type=int, default=10)
     parser.add_argument("--python-stacks", action="store_true")
@@ -49,7 +50,12 @@ def main() -> None:
     profiler: torch.profiler.profile | None = None
     ends_ns = [time.perf_counter_ns()]
     step = 0
-    while step < args.steps:
+    last_step = args.window_at + args.capture + 1 + args.after
+    hook_meta = None
+    window_seen = False
+    if args.mode == "hook":
+        hook_meta = Path(os.environ["PERFDIAG_SPOOL"]) / "rank-0" / "windows"
+    while step < last_step:
         for inputs, labels in loader:
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
@@ -75,7 +81,11 @@ def main() -> None:
 
                 plan = Plan.new(steps=args.capture, python_stacks=args.python_stacks)
                 plan.write_atomic(Path(os.environ["PERFDIAG_PLAN"]))
-            if step >= args.steps:
+            if hook_meta is not None and step >= args.window_at and not window_seen:
+                # The hook's window ends when it writes hook.json: run A more steps after it.
+                window_seen = any(hook_meta.glob("*/hook.json"))
+                last_step = step + args.after if window_seen else step + args.after + 1
+            if step >= last_step:
                 break
     args.result.write_text(json.dumps({"mode": args.mode, "ends_ns": ends_ns}))
 

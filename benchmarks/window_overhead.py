@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfdiag.runner import training_env
+
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "window_loop.py"
 
@@ -43,17 +45,15 @@ def run_child(
     trace_dir.mkdir(parents=True, exist_ok=True)
     result = work / "result.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if mode == "hook":
-        env["PYTHONPATH"] = os.pathsep.join([str(hook_dir), env.get("PYTHONPATH", "")])
-        env["PERFDIAG_SPOOL"] = str(spool)
-        env["PERFDIAG_PLAN"] = str(work / "plan.json")
+    if mode == "hook":  # exactly what `perfdiag run` gives its ranks
+        env = training_env(env, hook_dir, spool, work / "plan.json")
     argv = [
         sys.executable,
         str(LOOP),
         "--mode",
         mode,
-        "--steps",
-        str(args.steps),
+        "--after",
+        str(args.after),
         "--window-at",
         str(args.window_at),
         "--capture",
@@ -64,7 +64,7 @@ def run_child(
         str(result),
         *(["--python-stacks"] if python_stacks else []),
     ]
-    subprocess.run(argv, env=env, check=True, timeout=600)
+    subprocess.run(argv, env=env, check=True, timeout=600, cwd=work)
     ends = json.loads(result.read_text())["ends_ns"]
     return ends, spool
 
@@ -98,8 +98,10 @@ def sizes(window: Path, work: Path) -> dict[str, float]:
 
     storage = open_storage(work / "capture")
     started = time.perf_counter()
-    process_window(window.parents[2].parent, 0, window.name, storage, keep_raw=True)
+    status = process_window(window.parents[2], 0, window.name, storage, keep_raw=True)
     seconds = time.perf_counter() - started
+    if status.phase != "done":
+        raise SystemExit(f"the agent could not process the window: {status.error}")
     kib = {
         name: (work / "capture" / "workers" / "0" / name).stat().st_size / 1024
         for name in ("events.parquet", "summary.parquet")
@@ -112,7 +114,7 @@ def sizes(window: Path, work: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--after", type=int, default=60, help="steps run after the window")
     parser.add_argument("--window-at", type=int, default=30)
     parser.add_argument("--capture", type=int, default=10)
     args = parser.parse_args()

@@ -21,7 +21,8 @@
 #   2. KUBEBUILDER_ASSETS: a directory that may contain etcd, kube-apiserver
 #      and kubectl (e.g. from `setup-envtest use -p path`).
 #   3. A build from source through the Go module proxy (needs `go`; a cold
-#      build takes a long while, mostly kube-apiserver and minio).
+#      build of all six takes ~20-40 min on 2 cores, mostly kube-apiserver,
+#      minio and helm; later pin bumps reuse Go's build cache).
 # Binaries from 1./2. are never copied into the pinned directory: when any
 # are in effect, the printed directory is a sibling
 # "<version-tag>+overrides-<hash>" of symlinks (overrides + pinned builds).
@@ -59,6 +60,7 @@ fmt_dur() { # seconds -> 1h2m3s / 4m5s / 6s
 usage() {
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
   cat <<EOF
+
 Options:
   -h, --help      this text
   --versions      print the pinned versions and the version tag, then exit
@@ -484,7 +486,7 @@ hint() { # rough cold-build durations on 2 cores
 
 log "cache: $BASE"
 log "to build: ${MISSING[*]} (go $(go env GOVERSION), -p $JOBS; logs in $ROOT/.logs/)"
-log "a cold build of all six takes ~20 min on 2 cores; provide prebuilt binaries via PERFDIAG_<NAME> / KUBEBUILDER_ASSETS to skip (see --help)"
+log "a cold build of all six takes ~20-40 min on 2 cores; to skip, provide prebuilt binaries via PERFDIAG_<NAME> / KUBEBUILDER_ASSETS (see --help)"
 T_ALL=$(date +%s)
 FAILED=()
 declare -A TOOK=()

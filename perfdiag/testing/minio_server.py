@@ -106,7 +106,8 @@ class MinioServer:
         return True
 
     def start(self, timeout: float = 60) -> None:
-        """Start (or restart, same port and data) and wait until MinIO is ready."""
+        """Start (or restart, same port and data) and wait until MinIO is ready. Call it from
+        a thread that outlives the server (the main thread): see ServerProcess.start."""
         started = time.monotonic()
         first = self.port == 0
         for attempt in range(1, START_ATTEMPTS + 1):

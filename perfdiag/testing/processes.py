@@ -50,6 +50,8 @@ class ServerProcess:
         self._popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Start the server. The kernel's parent-death signal follows the *thread* that forks,
+        so start servers from a thread that outlives them (the main thread)."""
         if self.running():
             raise RuntimeError(f"{self.name} is already running")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
