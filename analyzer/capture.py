@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from pydantic import ValidationError
 
+from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from perfdiag.api.plan import Plan
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.parquet_io import table_from_bytes

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
+
 from perfdiag.analyzer.features import Features, per_step_ms
 from perfdiag.analyzer.peers import PeerGroups
 from perfdiag.analyzer.stats import peer_reference, robust_scale

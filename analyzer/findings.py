@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from perfdiag.analyzer.features import Features, is_idle, is_named_function
 from perfdiag.analyzer.fusion import Contributor, Fusion, SlowWorker
 from perfdiag.analyzer.hardware import ResourceAnomaly
@@ -27,7 +28,6 @@ from perfdiag.analyzer.text import (
 )
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.workers import StuckWorker
-
 from perfdiag.api.verdict import Finding
 
 MAX_WORKERS_IN_EVIDENCE = 20

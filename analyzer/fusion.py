@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from perfdiag.analyzer.compare import Deviations
 from perfdiag.analyzer.features import (
     COMMUNICATION,

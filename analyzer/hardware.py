@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from perfdiag.analyzer.features import Features
 from perfdiag.analyzer.peers import PeerGroups
 from perfdiag.analyzer.stats import peer_reference, robust_scale

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+
 from perfdiag.analyzer.capture import Capture, empty_summary, normalize_summary
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
-
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, layout
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
 from perfdiag.analyzer.features import LEVEL_FUNCTION, Features, is_named_function
 
 SIGNATURE_MIN_BETA = 0.02

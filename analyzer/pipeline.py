@@ -24,7 +24,6 @@ from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
-
 from perfdiag.api.verdict import Verdict
 from perfdiag.storage import Storage, layout, open_storage
 

@@ -9,6 +9,8 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+
+from perfdiag import __version__
 from perfdiag.analyzer.charts import (
     CULPRIT,
     MISSING,
@@ -25,8 +27,6 @@ from perfdiag.analyzer.features import LEVEL_CATEGORY, LEVEL_FUNCTION
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.pipeline import Analysis
 from perfdiag.analyzer.text import format_ranks, ms, pct
-
-from perfdiag import __version__
 
 MAX_RANKS_SHOWN = 64
 HEATMAP_ROWS = 20

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from perfdiag.analyzer.features import COMMUNICATION, Features, is_named_function
 from perfdiag.analyzer.fusion import Fusion
 from perfdiag.analyzer.peers import PeerGroups

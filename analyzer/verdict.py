@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+
 from perfdiag.analyzer.capture import Capture
 from perfdiag.analyzer.features import StepTimes
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.text import ms, pct, ranks_phrase
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.workers import WorkerAccount, worker_infos
-
 from perfdiag.api.verdict import StepTimes as StepTimesModel
 from perfdiag.api.verdict import Verdict, VerdictStatus, WindowInfo
 

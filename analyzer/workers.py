@@ -18,7 +18,6 @@ from typing import Any
 
 from perfdiag.analyzer.capture import Capture
 from perfdiag.analyzer.thresholds import Thresholds
-
 from perfdiag.api.verdict import WorkerInfo
 
 STACK_FRAMES_QUOTED = 6

@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from pydantic import ValidationError
+
+from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION, PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator import settings as operator_settings
 from perfdiag.operator.kube import Kube, NoCredentials, new_api_client
 from perfdiag.operator.reconcile import Reconciler
 from perfdiag.operator.status import needs_cleanup, needs_recheck
-from pydantic import ValidationError
-
-from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION, PerfDiagnosisSpec, PerfDiagnosisStatus
 
 log = logging.getLogger("perfdiag.operator")
 RESOURCE = (GROUP, VERSION, PLURAL)

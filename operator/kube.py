@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kubernetes as _kubernetes
+
+from perfdiag.api.diagnosis import GROUP, KIND, PLURAL, VERSION, Target
 from perfdiag.operator.settings import COMPONENT
 from perfdiag.operator.status import Event, now_utc
 from perfdiag.operator.targets import JOB_KINDS, Lookup, TargetObservation, observe, pod_selector
-
-from perfdiag.api.diagnosis import GROUP, KIND, PLURAL, VERSION, Target
 
 # The generated client's signatures want its model classes; the operator speaks plain JSON.
 kubernetes: Any = _kubernetes

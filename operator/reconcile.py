@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from perfdiag.api.diagnosis import TERMINAL_PHASES, PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator.kube import ApiException, Kube, status_of
 from perfdiag.operator.settings import PLAN_ANNOTATION, OperatorConfig
 from perfdiag.operator.status import (
@@ -34,9 +37,6 @@ from perfdiag.operator.status import (
     transition_events,
     ttl_expired,
 )
-from pydantic import ValidationError
-
-from perfdiag.api.diagnosis import TERMINAL_PHASES, PerfDiagnosisSpec, PerfDiagnosisStatus
 
 log = logging.getLogger("perfdiag.operator")
 

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from perfdiag.operator.targets import TargetObservation
-
 from perfdiag.api.diagnosis import (
     TERMINAL_PHASES,
     Condition,
@@ -31,6 +29,7 @@ from perfdiag.api.diagnosis import (
     PerfDiagnosisStatus,
     TargetStatus,
 )
+from perfdiag.operator.targets import TargetObservation
 
 READY = "Ready"
 RECONCILING = "Reconciling"

@@ -18,15 +18,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# subcommand → module in perfdiag.commands exposing `add_parser(subparsers)` and `main(args)`.
-COMMANDS: dict[str, str] = {
-    "run": "run",
-    "analyze": "analyze",
-    "demo": "demo",
-    "agent": "agent",
-    "crd": "crd",
-    "operator": "operator",
-}
+# Modules in perfdiag.commands, each exposing `add_parser(subparsers)` and `main(args)`.
+COMMANDS: tuple[str, ...] = ("run", "analyze", "demo", "agent", "crd", "operator")
 
 
 class CliError(Exception):
@@ -46,14 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"perfdiag {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"perfdiag.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"perfdiag.commands.{module_name}":
-                continue  # not built yet in this tree
-            raise
-        module.add_parser(sub)
+    for module_name in COMMANDS:
+        importlib.import_module(f"perfdiag.commands.{module_name}").add_parser(sub)
     return parser
 
 

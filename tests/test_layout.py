@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,8 +16,10 @@ MAPPED = {
 
 
 def _declared_packages() -> set[str]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    return set(config["packages"])
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^packages = \[(.*?)^\]", text, re.S | re.M)
+    assert block, "pyproject.toml [tool.setuptools] has no packages list"
+    return set(re.findall(r'"([\w.]+)"', block.group(1)))
 
 
 def _package_folders() -> set[str]:

@@ -64,7 +64,6 @@ class Finding(BaseModel):
 
 
 class Verdict(BaseModel):
-
     schema_: Literal["perfdiag.verdict/v1"] = Field(default="perfdiag.verdict/v1", alias="schema")
     status: VerdictStatus
     summary: str

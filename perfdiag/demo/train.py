@@ -115,9 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=900.0, help="never train longer")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument(
-        "--log-every", type=int, default=50, help=f"a multiple of {SYNC_EVERY}"
-    )
+    parser.add_argument("--log-every", type=int, default=50, help=f"a multiple of {SYNC_EVERY}")
     return parser.parse_args(argv)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from perfdiag.analyzer.capture import Capture
 
+from perfdiag.analyzer.capture import Capture
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.parquet_io import table_to_bytes
 from perfdiag.schema import (

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from perfdiag.analyzer import CaptureError, NoCaptureError, Thresholds, analyze
 
+from perfdiag.analyzer import CaptureError, NoCaptureError, Thresholds, analyze
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.storage import layout

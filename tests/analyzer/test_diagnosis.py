@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from perfdiag.analyzer.pipeline import Analysis, analyze_capture
 from perfdiag.analyzer.thresholds import Thresholds
-
 from perfdiag.api.verdict import Finding
 from tests.analyzer.conftest import COMM, GPU_COMM, Fault, SyntheticJob, capture_of
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from perfdiag.analyzer import NoCaptureError, analyze
 
+from perfdiag.analyzer import NoCaptureError, analyze
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report import render_report
-
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage

@@ -8,7 +8,6 @@ import time
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report import render_report
-
 from tests.analyzer.conftest import Fault, SyntheticJob, capture_of
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kopf
 import pytest
+
 from perfdiag.operator.settings import OperatorConfig, configure
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator.status import (
     compute_status,
     merge_patch,
@@ -16,8 +18,6 @@ from perfdiag.operator.status import (
     ttl_expired,
 )
 from perfdiag.operator.targets import TargetObservation
-
-from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 NOT_FOUND = TargetObservation("not_found", "TargetNotFound", "PyTorchJob bert not found", "sel")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from perfdiag.operator.targets import format_selector, observe, pod_selector
 
 from perfdiag.api.diagnosis import Target
+from perfdiag.operator.targets import format_selector, observe, pod_selector
 
 
 def _target(**fields: Any) -> Target:
