@@ -153,7 +153,13 @@ def _run_demo(
         print(f"demo: the diagnosis {word} the scenario: {judgement.explanation}", file=stream)
         stream.flush()
 
-    run = LocalRun(torchrun_argv=argv, target=target, settings=settings, json_output=args.json)
+    run = LocalRun(
+        torchrun_argv=argv,
+        target=target,
+        settings=settings,
+        json_output=args.json,
+        spool_dir=args.spool,
+    )
     run_local(run, storage, progress, on_verdict)
     if judgements and judgements[0].matches:
         return 0

@@ -26,6 +26,7 @@ _MAX_INDENT = 64  # blanks looked at between the events of a pretty-printed file
 _LABELS = (b'"pid": "', b'"tid": "')
 _LABEL_TAIL = 1 << 16  # Kineto writes its label pids ("Spans") among the last events
 _LABEL_PATTERN = re.compile(rb'"[pt]id": "')
+_NOT_BLANK = re.compile(rb"\S")
 _CHUNK = 1 << 22  # bytes per vectorized pass: bounds the temporaries
 _BLOCK = 1 << 22
 
@@ -36,6 +37,7 @@ class Prepared:
 
     header: dict[str, Any]
     text: Bytes
+    ends: npt.NDArray[np.intp]  # the newline ending each event line but the last
 
 
 def prepare(data: bytes) -> Prepared | None:
@@ -58,9 +60,9 @@ def prepare(data: bytes) -> Prepared | None:
         return None
     header.pop("traceEvents", None)
     start, stop = lb + 1, rb
-    text = _as_event_lines(data, start, stop)
+    text, ends = _as_event_lines(data, start, stop)
     _rename_labels(text, data, max(start, stop - _LABEL_TAIL), stop, start)
-    return Prepared(header, text)
+    return Prepared(header, text, ends)
 
 
 def read_prepared(
@@ -68,7 +70,7 @@ def read_prepared(
 ) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
     """(top-level fields, JSON_SCHEMA table, decoder of the i-th event), or None."""
     header, text = prepared.header, prepared.text
-    if not (text != _SPACE).any():
+    if _NOT_BLANK.search(text.data) is None:
         return header, JSON_SCHEMA.empty_table(), _no_event
     table = _parse(text)
     if table is None:  # perhaps labels before the tail: rename them all and try once more
@@ -77,10 +79,9 @@ def read_prepared(
         table = _parse(text)
     if table is None:
         return None
-    ends = np.flatnonzero(text == _NEWLINE)
-    if len(ends) + 1 != table.num_rows:
+    if len(prepared.ends) + 1 != table.num_rows:
         return None  # not one event per line: row i would not be line i
-    return header, table, _line_decoder(text, ends)
+    return header, table, _line_decoder(text, prepared.ends)
 
 
 def read_fast(data: bytes) -> tuple[dict[str, Any], pa.Table, Callable[[int], Any]] | None:
@@ -118,10 +119,10 @@ def _line_decoder(text: Bytes, ends: npt.NDArray[np.intp]) -> Callable[[int], An
     return decode
 
 
-def _as_event_lines(data: bytes, start: int, stop: int) -> Bytes:
+def _as_event_lines(data: bytes, start: int, stop: int) -> tuple[Bytes, npt.NDArray[np.intp]]:
     """data[start:stop] (the inside of the traceEvents array) rewritten byte for byte into one
     event per line: raw newlines are whitespace in JSON, so they become spaces, and the commas
-    between events ('}' ws* ',' ws* '{') become the newlines."""
+    between events ('}' ws* ',' ws* '{') become the newlines (returned too)."""
     text: Bytes = np.frombuffer(data, dtype=np.uint8, count=stop - start, offset=start).copy()
     found = []
     for lo in range(0, len(text), _CHUNK):
@@ -140,8 +141,9 @@ def _as_event_lines(data: bytes, start: int, stop: int) -> Bytes:
         blank = (byte == _SPACE) | (byte == _TAB) | (byte == _CR)
         following[pending[~blank]] = byte[~blank]
         pending = pending[blank]
-    text[commas[following == _OPEN]] = _NEWLINE
-    return text
+    separators = commas[following == _OPEN]
+    text[separators] = _NEWLINE
+    return text, separators
 
 
 def _rename_labels(text: Bytes, data: bytes, lo: int, hi: int, origin: int) -> None:
