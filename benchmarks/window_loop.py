@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from perfdiag.demo.train import SyntheticDataset, build_model
+from perfdiag.demo.train import parse_args as demo_args
 
 
 def main() -> None:
@@ -42,7 +43,10 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    loader = DataLoader(SyntheticDataset(32 * 64), batch_size=32, shuffle=True, drop_last=True)
+    batch = demo_args([]).batch_size  # the demo's own batch size
+    loader = DataLoader(
+        SyntheticDataset(batch * 16), batch_size=batch, shuffle=True, drop_last=True
+    )
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

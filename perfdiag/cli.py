@@ -14,7 +14,9 @@ Exit codes (documented in docs/cli.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -58,9 +60,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def exit_now(code: int) -> None:
+    """Flush and leave without interpreter finalization.
+
+    pyarrow (≤ 26) occasionally aborts while its thread pools are torn down at interpreter exit
+    after reading Parquet (apache/arrow#34314, #50482), which would turn a finished diagnosis
+    into a SIGABRT. Everything a command writes is closed before it returns, so skipping
+    finalization loses nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def entry() -> None:
+    """The console script `perfdiag` (in-process callers and tests use `main`)."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
     # `python -m perfdiag.cli`: this file is then `__main__`, a second copy of the module; run
     # the real perfdiag.cli, whose CliError is the one the commands raise.
-    from perfdiag.cli import main as _main
+    from perfdiag.cli import entry as _entry
 
-    sys.exit(_main())
+    _entry()

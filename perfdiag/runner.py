@@ -242,9 +242,10 @@ def _partial_verdict(
     """The training died during the window: analyze the ranks that finished it, naming the
     others as missing (status incomplete)."""
     state = window.state
-    if state.plan is None or not state.captured or not state.missing:
+    if state.plan is None or not state.captured:
         return
-    window.record_missing("the training ended before this rank finished the window")
+    if state.missing:
+        window.record_missing("the training ended before this rank finished the window")
     world = state.world_size or len(state.ranks)
     try:
         verdict = _analyze(storage, progress, list(range(world)))

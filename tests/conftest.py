@@ -54,6 +54,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_notes_key] = []
 
 
+_exit_status_key = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_exit_status_key] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave without interpreter finalization, as the `perfdiag` command does (see
+    perfdiag.cli.exit_now: pyarrow can abort at exit after reading Parquet), so a passing run
+    never ends in SIGABRT. Everything pytest reports is written by now."""
+    status = config.stash.get(_exit_status_key, None)
+    if status is not None:
+        from perfdiag.cli import exit_now
+
+        exit_now(status)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     notes = terminalreporter.config.stash.get(_notes_key, [])
     if notes:

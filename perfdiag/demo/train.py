@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--stop-file", default=None, help="train until this file exists (overrides the above)"
     )
     parser.add_argument("--max-seconds", type=float, default=900.0, help="never train longer")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=50, help=f"a multiple of {SYNC_EVERY}")
     return parser.parse_args(argv)
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     faulty = args.scenario != "healthy" and rank == args.fault_rank
     torch.manual_seed(0)
 
-    read_delay = 0.0004 if faulty and args.scenario == "dataloader-stall" else 0.0
-    dataset = SyntheticDataset(args.batch_size * world * 64, read_delay_s=read_delay)
+    read_delay = 0.00004 if faulty and args.scenario == "dataloader-stall" else 0.0
+    dataset = SyntheticDataset(args.batch_size * world * 16, read_delay_s=read_delay)
     sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=world, rank=rank, seed=0
     )
@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
             if faulty and args.scenario == "python-hotspot":
-                tokenize(args.batch_size, 1300)
+                tokenize(args.batch_size, 290)
             if faulty and args.scenario == "compute-straggler":
-                extra_compute(256, 15)
+                extra_compute(256, 28)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             loss.backward()

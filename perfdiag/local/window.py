@@ -10,6 +10,7 @@ from pathlib import Path
 
 from perfdiag.api import Plan
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector import spool
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
 from perfdiag.local.progress import Progress
 from perfdiag.storage import Storage, layout
@@ -145,6 +146,14 @@ class WindowCoordinator:
         self.state.ranks = sorted(beats)
         worlds = {beat.world_size for beat in beats.values() if beat.world_size}
         self.state.world_size = max(worlds) if worlds else len(beats)
+        plan = self._write_plan()
+        self.progress(
+            f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
+            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up)…"
+        )
+        return plan
+
+    def _write_plan(self) -> Plan:
         plan = Plan.new(
             steps=self.settings.capture_steps,
             python_stacks=self.settings.python_stacks,
@@ -155,22 +164,19 @@ class WindowCoordinator:
             self.storage.put_text(layout.PLAN, plan.to_json())
         self.state.plan = plan
         self.state.plan_written_at = time.monotonic()
-        self.progress(
-            f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
-            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up)…"
-        )
         return plan
 
     def collect(self) -> WindowState:
         """Process each rank's window as it completes, until all are done or --timeout passes.
 
-        Raises TrainingEnded/Interrupted from `check`; windows completed before that are in
-        `self.state` (the caller may still analyze them)."""
+        Raises TrainingEnded/Interrupted from `check`; the windows completed by then can still
+        be processed (`process_completed`) and analyzed by the caller."""
         assert self.state.plan is not None and self.state.plan_written_at is not None
         deadline = self.state.plan_written_at + self.settings.timeout_s
         while True:
             self.process_completed()
             if not self.state.missing:
+                self._report_misalignment()
                 return self.state
             self.check()
             if time.monotonic() > deadline:
@@ -182,6 +188,23 @@ class WindowCoordinator:
                 return self.state
             self.progress.status(self._capture_text())
             time.sleep(POLL_S)
+
+    def _report_misalignment(self) -> None:
+        """Say so when the ranks' windows did not begin at the same step: each hook picks the
+        plan up on its own poll, and the late rank's window then holds its peers' trace export
+        as waiting time (DESIGN.md's synchronized window needs the plan to name a start step)."""
+        plan = self.state.plan
+        assert plan is not None
+        starts: dict[int, int] = {}
+        for rank in self.state.captured:
+            meta = spool.read_json(
+                spool.window_dir(self.spool_dir, rank, plan.id) / spool.HOOK_META
+            )
+            if isinstance(meta, dict) and isinstance(meta.get("first_step"), int):
+                starts[rank] = meta["first_step"]
+        if len(set(starts.values())) > 1:
+            steps = ", ".join(f"rank {rank}: {step}" for rank, step in sorted(starts.items()))
+            self.progress(f"note: the ranks' windows began at different steps ({steps})")
 
     def process_completed(self) -> None:
         """Turn every completed, not yet processed rank window into worker files."""

@@ -80,7 +80,10 @@ def test_files_that_are_not_traces_are_skipped_with_a_note(traces: Path, tmp_pat
     verdict = analyze(str(folder), LocalStorage(tmp_path / "out"), progress=messages.append)
     # Ranks come from the file names (no distributedInfo in a single-process trace).
     assert [w.rank for w in verdict.workers] == [0, 2]
-    assert verdict.status == "healthy"
+    # Both ranks did the same work: whether their timings differ enough to be a finding depends
+    # on the machine's noise, so only completeness is asserted here.
+    assert verdict.status != "incomplete"
+    assert all(w.state == "ok" for w in verdict.workers)
     assert any(m.startswith("skipped config.json") for m in messages)
 
 

@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+# The child restores Python's SIGINT handler: a test run in the background (nohup, `cmd &`)
+# starts with SIGINT ignored, and children inherit that.
 CHILD = """
-import os, sys, time
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print(f"child ready {os.getpid()} {os.getpgid(0)}", flush=True)
 try:
     time.sleep(60)

@@ -243,3 +243,42 @@ def test_processing_time_is_small(spool_copy: Path, tmp_path: Path) -> None:
     # A 4-step window of a small model (a few thousand events): well under the time of a
     # training step of a real job, even on a loaded CI machine.
     assert elapsed < 10, elapsed
+
+
+def test_sidecar_process_uploads_and_stops_on_sigterm(spool_copy: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    command = [
+        sys.executable,
+        "-m",
+        "perfdiag.cli",
+        "agent",
+        "--spool",
+        str(spool_copy),
+        "--storage",
+        str(store),
+        "--poll",
+        "0.1",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        status = store / "p1" / "workers" / "0" / "status.json"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if status.exists() and json.loads(status.read_text())["phase"] == "done":
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        assert json.loads(status.read_text())["phase"] == "done"
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "rank 0: window p1 done" in err
+    assert (store / "p1" / "workers" / "0" / "summary.parquet").is_file()
