@@ -194,7 +194,7 @@ class Hook:
         if window is not None and window.boundary(self.step_count):
             self._window = None
             self._finish_window(window)
-        if self._window is None and self._armed is not None:
+        if self._window is None and self._armed is not None and self._may_start(self._armed[0]):
             with self._lock:
                 armed, self._armed = self._armed, None
             if armed is not None:
@@ -203,6 +203,15 @@ class Hook:
             self._busy = not self._disabled and (
                 self._window is not None or self._armed is not None
             )
+
+    def _may_start(self, plan: HookPlan) -> bool:
+        """At the plan's start step (every rank then captures the same steps), or at once when it
+        names none; past the deadline too, so that the window fails with that reason."""
+        return (
+            plan.start_step is None
+            or self.step_count >= plan.start_step
+            or time.time() > plan.deadline_unix
+        )
 
     def _start_window(self, plan: HookPlan, plan_data: Dict[str, Any]) -> None:
         folder = spool.window_dir(self.spool_dir, self.rank, plan.id)

@@ -21,8 +21,9 @@ PLAN_ANNOTATION = "perfdiag.io/plan"
 ACTIONS = ("capture", "stacks")
 ACTIVITIES = ("cpu", "cuda")
 MAX_CAPTURE_STEPS = 1000  # perfdiag.api.plan.MAX_CAPTURE_STEPS
+MAX_START_STEP = 10**12  # perfdiag.api.plan.MAX_START_STEP
 MAX_ID_LENGTH = 128
-FIELDS = ("id", "action", "steps", "activities", "python_stacks", "deadline")
+FIELDS = ("id", "action", "steps", "activities", "python_stacks", "deadline", "start_step")
 
 # Unix timestamps: larger magnitudes are milliseconds; the result must lie in years 1 … 9999.
 _MS_THRESHOLD = 2e10
@@ -31,7 +32,8 @@ _MAX_UNIX = 253402300800.0  # 10000-01-01T00:00:00Z (exclusive)
 
 # Unicode White_Space, what pydantic strips around numeric strings.
 _WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-_INT_TEXT = re.compile(r"[+-]?([0-9]+(?:_[0-9]+)*)(?:\.0+)?")
+# pydantic also skips a leading run of zeros and underscores ("0__1" is 1).
+_INT_TEXT = re.compile(r"[+-]?(?:0[0_]*)?([0-9]+(?:_[0-9]+)*)(?:\.0+)?")
 _BOOL_TEXT = {
     "0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
     "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True,
@@ -57,6 +59,7 @@ class HookPlan(NamedTuple):
     activities: Tuple[str, ...]
     python_stacks: bool
     deadline_unix: float
+    start_step: Optional[int] = None
 
 
 def plan_json(raw: bytes) -> Optional[str]:
@@ -163,6 +166,7 @@ def parse_plan(text: str) -> HookPlan:
         activities=_activities(data.get("activities", ["cpu", "cuda"])),
         python_stacks=_python_stacks(data.get("python_stacks", False)),
         deadline_unix=_deadline(data["deadline"]),
+        start_step=_start_step(data.get("start_step")),
     )
 
 
@@ -186,6 +190,15 @@ def _steps(value: Any) -> int:
     number = _lax_int(value)
     if number is None or not 1 <= number <= MAX_CAPTURE_STEPS:
         raise PlanError(f"'steps' must be an integer in 1…{MAX_CAPTURE_STEPS}, not {value!r}")
+    return number
+
+
+def _start_step(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    number = _lax_int(value)
+    if number is None or not 0 <= number <= MAX_START_STEP:
+        raise PlanError(f"'start_step' must be an integer in 0…{MAX_START_STEP} or null")
     return number
 
 

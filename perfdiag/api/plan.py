@@ -8,6 +8,7 @@ keeps the two in agreement.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import uuid
@@ -21,6 +22,7 @@ PlanAction = Literal["capture", "stacks"]
 Activity = Literal["cpu", "cuda"]
 
 MAX_CAPTURE_STEPS = 1000
+MAX_START_STEP = 10**12  # above any real step count; bounds what the hook must parse
 DEFAULT_ACTIVITIES: tuple[Activity, ...] = ("cpu", "cuda")
 
 
@@ -35,6 +37,16 @@ class Plan(BaseModel):
     activities: list[Activity] = Field(default_factory=lambda: list(DEFAULT_ACTIVITIES))
     python_stacks: bool = False
     deadline: datetime = Field(description="RFC3339; a plan past its deadline is ignored.")
+    start_step: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_START_STEP,
+        description=(
+            "Begin the window at this global step, so that every rank captures the same steps "
+            "whenever it saw the plan; a rank already past it begins at its next step. "
+            "Absent: each rank begins at its next step."
+        ),
+    )
 
     @classmethod
     def new(
@@ -46,6 +58,7 @@ class Plan(BaseModel):
         python_stacks: bool = False,
         timeout_s: float = 600.0,
         plan_id: str | None = None,
+        start_step: int | None = None,
     ) -> Plan:
         return cls(
             id=plan_id or uuid.uuid4().hex[:12],
@@ -54,10 +67,11 @@ class Plan(BaseModel):
             activities=activities if activities is not None else list(DEFAULT_ACTIVITIES),
             python_stacks=python_stacks,
             deadline=datetime.now(timezone.utc) + timedelta(seconds=timeout_s),
+            start_step=start_step,
         )
 
     def to_json(self) -> str:
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", exclude_none=True)
         data["deadline"] = self.deadline.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return json.dumps(data, sort_keys=True)
 
@@ -72,3 +86,11 @@ class Plan(BaseModel):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def start_step_ahead(current_step: int, steps_per_second: float | None, lead_seconds: float) -> int:
+    """The step a window should begin at so that every rank has seen the plan before reaching
+    it: `lead_seconds` (how long the plan takes to reach every rank, plus the staleness of the
+    step counts the writer saw) at the fastest rank's rate, and at least 2 steps ahead."""
+    rate = steps_per_second if steps_per_second is not None and steps_per_second > 0 else 0.0
+    return current_step + max(2, math.ceil(rate * lead_seconds) + 1)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfdiag.api import Plan
+from perfdiag.api.plan import start_step_ahead
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.collector import spool
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
@@ -19,6 +20,10 @@ POLL_S = 0.2
 # When some ranks have reached the warm-up step, how long to wait for ranks that never wrote a
 # heartbeat (their hook did not load) before capturing without them.
 MISSING_RANK_GRACE_S = 60.0
+# How long a plan takes to reach every rank (the hook polls every 0.5 s) plus how old the step
+# counts in the heartbeats can be (one a second): the window begins this far ahead.
+PLAN_LEAD_S = 2.0
+RATE_WAIT_S = 3.0  # at most this long for a second heartbeat (the step rate) before the plan
 # After this long with no step counted, explain how perfdiag counts steps.
 NO_STEP_HINT_AFTER_S = 60.0
 
@@ -50,6 +55,26 @@ class WindowState:
     statuses: dict[int, WorkerStatus] = field(default_factory=dict)
     max_step_seen: int = 0
     plan_written_at: float | None = None
+    # Each rank's last two distinct heartbeats, (time, step): the current step rate, which sets
+    # the plan's start step.
+    last_beats: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+
+    def note_beat(self, rank: int, beat: RankBeat) -> None:
+        if beat.updated_unix is None:
+            return
+        seen = self.last_beats.setdefault(rank, [])
+        if not seen or beat.updated_unix > seen[-1][0]:
+            seen.append((beat.updated_unix, beat.step))
+            del seen[:-2]
+
+    def steps_per_second(self) -> float | None:
+        """The fastest rank's step rate over its last heartbeat interval; None before a rank
+        has two heartbeats."""
+        rates = [
+            (b[1] - a[1]) / (b[0] - a[0])
+            for a, b in (pair for pair in self.last_beats.values() if len(pair) == 2)
+        ]
+        return max(rates) if rates else None
 
     @property
     def missing(self) -> list[int]:
@@ -146,18 +171,28 @@ class WindowCoordinator:
         self.state.ranks = sorted(beats)
         worlds = {beat.world_size for beat in beats.values() if beat.world_size}
         self.state.world_size = max(worlds) if worlds else len(beats)
-        plan = self._write_plan()
+        rate = self.state.steps_per_second()
+        waited_until = time.monotonic() + RATE_WAIT_S
+        while rate is None and time.monotonic() < waited_until:
+            self.check()  # the first heartbeats came within a second: wait for one more
+            time.sleep(POLL_S)
+            beats = self._beats() or beats
+            rate = self.state.steps_per_second()
+        start = start_step_ahead(max(b.step for b in beats.values()), rate, PLAN_LEAD_S)
+        plan = self._write_plan(start)
         self.progress(
             f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
-            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up)…"
+            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up) "
+            f"from step {start}…"
         )
         return plan
 
-    def _write_plan(self) -> Plan:
+    def _write_plan(self, start_step: int) -> Plan:
         plan = Plan.new(
             steps=self.settings.capture_steps,
             python_stacks=self.settings.python_stacks,
             timeout_s=self.settings.timeout_s,
+            start_step=start_step,
         )
         plan.write_atomic(self.plan_path)
         if self.settings.write_plan_to_storage:
@@ -265,6 +300,8 @@ class WindowCoordinator:
 
     def _beats(self) -> dict[int, RankBeat]:
         beats = read_beats(self.spool_dir)
+        for rank, beat in beats.items():
+            self.state.note_beat(rank, beat)
         if beats:
             self.state.max_step_seen = max(
                 self.state.max_step_seen, max(beat.step for beat in beats.values())

@@ -80,3 +80,36 @@ def test_window_cut_short_by_the_end_of_training_is_reported(hooked: Any) -> Non
     beat = hooked.heartbeat()
     assert (beat["phase"], beat["plan_id"], beat["exited"]) == ("failed", "long", True)
     assert sum("the process exited" in line for line in finished.hook_log()) == 1
+
+
+def test_window_waits_for_the_plans_start_step(hooked: Any) -> None:
+    gate = hooked.tmp / "gate"
+    training = hooked.start(
+        *("--steps", "14", "--gate-step", "2", "--gate-marker", str(gate)),
+        *("--gate-heartbeat", str(spool.rank_dir(hooked.spool, 0) / spool.HEARTBEAT)),
+        *("--gate-plan", "later", "--gate-phases", "armed"),
+    )
+    hooked.wait_until(gate.exists, "the training to reach step 2")
+    hooked.write_plan(Plan.new(plan_id="later", steps=2, start_step=8))
+    finished = training.finish()
+    assert finished.hook_log() == []
+    meta = hooked.hook_meta("later")
+    assert meta is not None and meta["error"] is None, meta
+    # Armed during step 2, but the window begins at step 8 as the plan says (8 is the warm-up).
+    assert meta["first_step"] == 8
+    assert hooked.profiler_steps(hooked.trace_events("later")) == [8, 9, 10]
+
+
+def test_a_rank_past_the_start_step_begins_at_its_next_step(hooked: Any) -> None:
+    gate = hooked.tmp / "gate"
+    training = hooked.start(
+        *("--steps", "10", "--gate-step", "4", "--gate-marker", str(gate)),
+        *("--gate-heartbeat", str(spool.rank_dir(hooked.spool, 0) / spool.HEARTBEAT)),
+        *("--gate-plan", "past", "--gate-phases", "armed"),
+    )
+    hooked.wait_until(gate.exists, "the training to reach step 4")
+    hooked.write_plan(Plan.new(plan_id="past", steps=2, start_step=1))
+    training.finish()
+    meta = hooked.hook_meta("past")
+    assert meta is not None and meta["error"] is None, meta
+    assert meta["first_step"] == 5

@@ -146,6 +146,7 @@ WILD = {
     "activities": activities_values,
     "python_stacks": python_stacks_values,
     "deadline": deadline_values,
+    "start_step": st.one_of(st.none(), steps_values),
 }
 
 
@@ -190,6 +191,7 @@ def assert_same_reading(text: str) -> None:
     assert got.steps == expected.steps
     assert list(got.activities) == list(expected.activities)
     assert got.python_stacks == expected.python_stacks
+    assert got.start_step == expected.start_step
     assert got.deadline_unix == pytest.approx(deadline.timestamp(), abs=1e-3), text
 
 
