@@ -1,7 +1,13 @@
 # One image for the operator, the agent sidecar and the analyzer Job; it also carries the
 # injectable hook folder (/opt/perfdiag/hook) that the webhook's init container copies into pods.
-# Build: docker build -t perfdiag:0.1.0 .
-FROM python:3.11-slim AS build
+#
+# Build and push (docs/install.md):
+#   docker build -t ghcr.io/perfdiag/perfdiag:0.1.0 --build-arg VERSION=0.1.0 .
+#   docker push ghcr.io/perfdiag/perfdiag:0.1.0
+# tests/chart/test_dockerfile.py checks what can be checked without a container engine.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY perfdiag ./perfdiag
@@ -12,14 +18,22 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
  && pip install --no-cache-dir --no-deps --target /tmp/pd /wheels/perfdiag-*.whl \
  && PYTHONPATH=/tmp/pd python -c "from pathlib import Path; from perfdiag.collector.hookdir import materialize; materialize(Path('/hook'))"
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="perfdiag" \
       org.opencontainers.image.description="Online performance troubleshooting for distributed PyTorch training" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/perfdiag/perfdiag" \
       org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
- && useradd --uid 10001 --create-home perfdiag
-COPY --from=build /hook /opt/perfdiag/hook
-USER 10001
+ && groupadd --gid 10001 perfdiag \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp perfdiag
+# World-readable: the init container copies it into an emptyDir under the pod's own user.
+COPY --from=build --chmod=0755 /hook /opt/perfdiag/hook
+# Numeric, so runAsNonRoot can verify it (the chart runs it as 10001 too).
+USER 10001:10001
 ENTRYPOINT ["perfdiag"]
 CMD ["--help"]

@@ -17,6 +17,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
+from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.plan import Plan
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.parquet_io import table_from_bytes
@@ -40,10 +41,18 @@ class Capture:
     metas: dict[int, WorkerMeta]
     statuses: dict[int, WorkerStatus] = field(default_factory=dict)
     stacks: dict[int, Any] = field(default_factory=dict)
+    flight_recorders: dict[int, bytes] = field(default_factory=dict)
+    """Rank → torch Flight Recorder pickle (flight_recorder.pkl), when the hook dumped one."""
     plan: Plan | None = None
     notes: list[str] = field(default_factory=list)
     unreadable: dict[int, str] = field(default_factory=dict)
     """Ranks whose summary exists but cannot be read → why (they count as missing)."""
+    collectives: pa.Table | None = None
+    """Collective calls of every rank (analyzer/collectives.py), when the source has them."""
+    trace_keys: dict[int, str] = field(default_factory=dict)
+    """Rank → its Kineto trace key, for Kineto folders (the timeline re-reads a few)."""
+    breakdown: dict[int, RankBreakdown] = field(default_factory=dict)
+    """GPU time breakdown per rank (HTA's definitions), for Kineto folders: breakdown.json."""
 
     @property
     def ranks(self) -> list[int]:
@@ -99,6 +108,8 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
 
     unreadable: dict[int, str] = {}
 
+    flight_recorders: dict[int, bytes] = {}
+
     def fetch(rank: int) -> tuple[int, pa.Table | None, WorkerMeta | None, Any, Any]:
         names = by_rank[rank]
         table = meta = None
@@ -110,6 +121,13 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
                 unreadable[rank] = str(exc)
         status = _read_json(storage, layout.worker_key(rank, layout.STATUS), names)
         stack = _read_json(storage, layout.worker_key(rank, layout.STACKS), names)
+        if layout.FLIGHT_RECORDER in names:
+            try:
+                recorded = storage.get_bytes(layout.worker_key(rank, layout.FLIGHT_RECORDER))
+            except StorageNotFound:
+                pass
+            else:
+                flight_recorders[rank] = recorded
         return rank, table, meta, status, stack
 
     loaded = 0
@@ -141,6 +159,7 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
         metas=metas,
         statuses=statuses,
         stacks=stacks,
+        flight_recorders=flight_recorders,
         plan=plan,
         notes=notes,
         unreadable=unreadable,

@@ -21,6 +21,9 @@ CATEGORY_COLORS: dict[str, str] = {
     "idle": "#d9d9d9",
     "annotation": "#bab0ac",
     "other": "#bab0ac",
+    # Collectives split across ranks (report: "Collectives: waiting vs transfer").
+    "transfer": "#59a14f",
+    "waiting for the last rank": "#e15759",
 }
 FALLBACK_COLOR = "#8c8c8c"
 NORMAL = "#4e79a7"

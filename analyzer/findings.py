@@ -27,7 +27,7 @@ from perfdiag.analyzer.text import (
     what_inline,
 )
 from perfdiag.analyzer.thresholds import Thresholds
-from perfdiag.analyzer.workers import StuckWorker
+from perfdiag.analyzer.workers import WorkerAccount
 from perfdiag.api.verdict import Finding
 
 MAX_WORKERS_IN_EVIDENCE = 20
@@ -353,58 +353,110 @@ def range_findings(violations: list[RangeViolation]) -> list[Reported]:
     return out
 
 
-def hang_findings(stuck: dict[int, StuckWorker]) -> list[Reported]:
-    if not stuck:
+def hang_findings(account: WorkerAccount) -> list[Reported]:
+    """One `hang` finding naming the ranks that hold the job up (analyzer/hang.py), with the
+    divergent stack as evidence; the ranks waiting for them are in the evidence."""
+    stuck = account.stuck
+    diagnosis = account.hang
+    if not stuck or diagnosis is None:
         return []
     workers = sorted(stuck.values(), key=lambda w: w.rank)
-    stacks = {w.rank: w.stack for w in workers if w.stack}
-    in_collective = any(
-        any(token in frame for frame in frames for token in ("distributed", "c10d", "gloo", "nccl"))
-        for frames in stacks.values()
-    )
-    if stacks:
-        category = "communication" if in_collective else "python"
-        basis = (
-            "its main thread is inside torch.distributed"
-            if in_collective
-            else "its main thread is in Python code outside torch.distributed"
+    longest = max(w.stalled_s for w in workers)
+    steps = format_ranks(w.step for w in workers)
+    culprits = diagnosis.culprits
+    if culprits:
+        ranks = [c.rank for c in culprits]
+        lead = culprits[0]
+        category = lead.category
+        where = f" at {lead.location}" if lead.location else ""
+        waiting = ""
+        if diagnosis.waiting:
+            waiting = (
+                f"; {ranks_phrase(diagnosis.waiting)} wait for it in {diagnosis.waiting_in}"
+                if len(ranks) == 1
+                else f"; {ranks_phrase(diagnosis.waiting)} wait for them in {diagnosis.waiting_in}"
+            )
+        headline = (
+            f"{ranks_phrase(ranks, capital=True)} {'is' if len(ranks) == 1 else 'are'} holding "
+            f"up the job: stuck in {_hang_place(category)}{where}{waiting} (no step for "
+            f"{longest:.0f} s)"
+        )
+        message = (
+            f"{headline}. Why {'this rank' if len(ranks) == 1 else 'these ranks'}: "
+            + "; ".join(f"rank {c.rank}: {c.reason}" for c in culprits[:MAX_WORKERS_IN_EVIDENCE])
+            + f". Next: {HANG_NEXT_STEP.get(category, HANG_NEXT_STEP['python'])}."
         )
     else:
+        ranks = [w.rank for w in workers]
         category = "communication"
-        basis = (
-            "no stack dump: a live rank that stops advancing in data-parallel training is most "
-            "often blocked in a collective — take a stack dump to confirm"
+        headline = (
+            f"{ranks_phrase(ranks, capital=True)} {'is' if len(ranks) == 1 else 'are'} stuck at "
+            f"step {steps} (no progress for {longest:.0f} s while alive)"
         )
-    ranks = [w.rank for w in workers]
-    longest = max(w.stalled_s for w in workers)
-    message = (
-        f"{ranks_phrase(ranks, capital=True)} stopped advancing (step "
-        f"{format_ranks(w.step for w in workers)}) for up to {longest:.0f} s while the process "
-        f"kept sending heartbeats; likely cause: {category} ({basis})."
-    )
+        message = (
+            f"{headline}; the stack dumps do not single out a rank ({diagnosis.basis}): "
+            "every stuck rank waits in the same collective, so the rank holding it up may be "
+            "outside this capture or stuck inside the collective library. Next: "
+            f"{HANG_NEXT_STEP['communication']}."
+        )
+    evidence: dict[str, Any] = {
+        "culprits": [
+            {
+                "rank": c.rank,
+                "reason": c.reason,
+                "category": c.category,
+                "location": c.location,
+                "stack": c.stack,
+            }
+            for c in culprits[:MAX_WORKERS_IN_EVIDENCE]
+        ],
+        "waiting": {
+            "ranks": diagnosis.waiting[:MAX_RANKS_IN_EVIDENCE],
+            "count": len(diagnosis.waiting),
+            "collective": diagnosis.waiting_in,
+            "stack": diagnosis.waiting_stack,
+        },
+        "stack_groups": diagnosis.groups[:MAX_WORKERS_IN_EVIDENCE],
+        "workers": [
+            {
+                "rank": w.rank,
+                "step": w.step,
+                "stalled_s": round(w.stalled_s, 1),
+                "phase": w.phase,
+                "stack": w.stack,  # the main thread's innermost frames
+            }
+            for w in workers[:MAX_RANKS_IN_EVIDENCE]
+        ],
+        "basis": diagnosis.basis,
+    }
+    if diagnosis.flight_recorder:
+        evidence["flight_recorder"] = diagnosis.flight_recorder[:MAX_WORKERS_IN_EVIDENCE]
     finding = Finding(
         kind="hang",
         category=category,
-        function=None,
+        function=culprits[0].location if culprits else None,
         ranks=ranks,
         severity=1.0,
-        evidence={
-            "workers": [
-                {
-                    "rank": w.rank,
-                    "step": w.step,
-                    "stalled_s": round(w.stalled_s, 1),
-                    "phase": w.phase,
-                    "stack": w.stack,
-                }
-                for w in workers[:MAX_WORKERS_IN_EVIDENCE]
-            ],
-            "basis": basis,
-        },
+        evidence=evidence,
         message=message,
     )
-    headline = (
-        f"{ranks_phrase(ranks, capital=True)} {'is' if len(ranks) == 1 else 'are'} stuck at step "
-        f"{format_ranks(w.step for w in workers)} (no progress for {longest:.0f} s while alive)"
-    )
     return [Reported(finding=finding, headline=headline + ".")]
+
+
+HANG_NEXT_STEP = {
+    "dataloader": "look at the data loading code in the quoted frames (a stalled read, a dead "
+    "worker process, a lock); py-spy dump --pid of the loader workers shows where they are",
+    "communication": "compare the collectives each rank issued (a rank skipped or reordered "
+    "one); NCCL/gloo debug logs (NCCL_DEBUG=INFO) and the Flight Recorder name the sequence "
+    "number",
+    "python": "the quoted frames show where the training thread waits; a lock, a queue, a "
+    "blocking read or a condition that never becomes true on this rank",
+}
+
+
+def _hang_place(category: str) -> str:
+    return {
+        "dataloader": "its data loader",
+        "communication": "a different collective",
+        "python": "Python code outside any collective",
+    }.get(category, category)

@@ -6,9 +6,8 @@ spends *outside* communication ("non-wait" time, idle included: uninstrumented w
 work) in excess of its peers; ranks whose extra time is communication are its victims. A rank
 that waits more than its peers is never a culprit here.
 
-The later GPU issue matches collectives across ranks (arrival order, transfer vs wait split);
-its result plugs in next to `communication_outliers`, which today only reports communication
-excess that the peers' work cannot explain.
+Collectives matched across ranks (analyzer/collectives.py: arrival order, wait vs transfer)
+add the slow-link case and drop `communication_outliers` that turn out to be waiting.
 """
 
 from __future__ import annotations

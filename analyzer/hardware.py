@@ -4,8 +4,8 @@ A summary row may carry the mean μ and standard deviation σ of the resource th
 function (SM clock for kernels, achieved bandwidth for collectives, CPU for Python). When a
 rank's μ deviates from its peers' (lower clock, lower bandwidth) or its σ is unusually large
 (throttling, a flapping link), the cause is the hardware, not the code: abnormal β with normal μ
-is software or workload. CPU-only captures carry no resource samples yet; the rule is exercised
-by synthetic summaries.
+is software or workload. The agent fills μ/σ from the hardware samples taken inside each
+function's executions (analyzer/hardware_samples.py).
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ _RESOURCE_RULES: tuple[tuple[str, str, bool], ...] = (
     ("link", "network", True),
     ("cpu", "host", True),
 )
+HEALTHY_PEER_FLOOR = {"cpu_run_fraction": 0.9}
+"""A resource that is only judged when the peers' μ reaches this: the CPU share a rank's thread
+gets while runnable is a noisy-neighbour signal only when its peers do get a CPU (on a host
+oversubscribed by the job itself every rank waits alike, and the differences are noise)."""
 SIGMA_RATIO = 2.0
 """σ/μ this many times the peers' (and above the deviation threshold) is an unstable resource."""
 
@@ -93,6 +97,7 @@ def resource_anomalies(
     mu[pos, codes] = with_resource.column("resource_mu").to_numpy(zero_copy_only=False)
     sigma[pos, codes] = with_resource.column("resource_sigma").to_numpy(zero_copy_only=False)
     lower_worse = np.array([resource_category(k.split("\x1f", 1)[0])[1] for k in keys])
+    floor = np.array([HEALTHY_PEER_FLOOR.get(k.split("\x1f", 1)[0], 0.0) for k in keys])
 
     found: list[ResourceAnomaly] = []
     for group in range(len(groups.names)):
@@ -120,7 +125,7 @@ def resource_anomalies(
             z * worse >= thresholds.min_robust_z
         )
         unstable = (cv >= thresholds.hardware_min_deviation) & (cv >= SIGMA_RATIO * peers_cv)
-        abnormal = present & (shifted | unstable) & (stats.median > 0)
+        abnormal = present & (shifted | unstable) & (stats.median > 0) & (stats.median >= floor)
         for i, k in zip(*np.nonzero(abnormal), strict=True):
             resource, category, function = keys[int(k)].split("\x1f", 2)
             peer_sigma = stats.median[i, k] * peers_cv[k]

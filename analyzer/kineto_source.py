@@ -15,12 +15,13 @@ import pyarrow as pa
 
 from perfdiag.analyzer.capture import Capture, empty_summary, normalize_summary
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
+from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, layout
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Our own outputs and control files are never traces.
-_NOT_TRACES = {layout.PLAN, layout.VERDICT, layout.TIMELINE}
+_NOT_TRACES = {layout.PLAN, layout.VERDICT, layout.TIMELINE, layout.BREAKDOWN}
 
 
 def find_traces(storage: Storage) -> list[str]:
@@ -35,13 +36,17 @@ def find_traces(storage: Storage) -> list[str]:
 
 
 def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
+    from perfdiag.analyzer.collectives import collective_calls, empty_collectives
+    from perfdiag.breakdown import gpu_breakdown
     from perfdiag.kineto import TraceError, read_kineto
     from perfdiag.summary import summarize
 
     tables: dict[int, pa.Table] = {}
     metas: dict[int, WorkerMeta] = {}
     files: dict[int, str] = {}
+    breakdown: dict[int, RankBreakdown] = {}
     skipped: list[str] = []
+    calls: list[pa.Table] = []  # one small table per rank
     say(f"importing {len(keys)} Kineto trace file(s) from {storage.uri}")
     with tempfile.TemporaryDirectory(prefix="perfdiag-kineto-") as tmp:
         for done, key in enumerate(keys, start=1):
@@ -63,6 +68,8 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
             files[meta.rank] = key
             tables[meta.rank] = normalize_summary(summarize(events, meta), storage.uri_of(key))
             metas[meta.rank] = meta
+            calls.append(collective_calls(events))
+            breakdown[meta.rank] = gpu_breakdown(events, meta.window.step_bounds_ns)
             say(f"summarized {done}/{len(keys)} traces (rank {meta.rank})")
     if not tables:
         detail = "; ".join(skipped[:5])
@@ -77,4 +84,7 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
         summary=summary,
         metas=metas,
         notes=[f"skipped {s}" for s in skipped],
+        breakdown=breakdown,
+        collectives=pa.concat_tables(calls) if calls else empty_collectives(),
+        trace_keys=files,
     )

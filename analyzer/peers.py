@@ -2,9 +2,9 @@
 
 Ranks of different roles (pipeline stages, experts, parameter servers) legitimately behave
 differently; comparing them would call a role difference a fault. A `RoleAssigner` maps the
-ranks of a capture to groups. v1 infers roles from function signatures only; a later issue can
-plug in process-group membership (from the collectives' pg_name/group ranks) with the same
-interface.
+ranks of a capture to groups: from what ranks communicate (`by_collectives`: the collectives,
+message and group sizes each rank issues — process-group membership as the trace shows it)
+when the capture holds matched collective calls, else from function signatures.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from numpy.typing import NDArray
 
 from perfdiag.analyzer.features import LEVEL_FUNCTION, Features, is_named_function
@@ -128,3 +129,48 @@ def by_function_signature(features: Features, jaccard: float) -> PeerGroups:
             f"{jaccard:g})"
         ),
     )
+
+
+def by_collectives(calls: pa.Table | None) -> RoleAssigner:
+    """Roles from what each rank communicates: ranks that issue the same collectives with the
+    same message sizes and group sizes, as often per step, hold the same part of the model
+    (a pipeline stage's data-parallel replicas; the experts of one layout). Falls back to
+    function signatures when that does not split the ranks into groups of ≥ MIN_ROLE_SIZE."""
+
+    def assign(features: Features, jaccard: float) -> PeerGroups:
+        fallback = by_function_signature(features, jaccard)
+        if calls is None or calls.num_rows == 0 or len(features.ranks) < 2 * MIN_ROLE_SIZE:
+            return fallback
+        per_call = calls.group_by(["rank", "collective", "msg_bytes", "group_size"]).aggregate(
+            [("seq", "count")]
+        )
+        steps = dict(zip(features.ranks.tolist(), features.steps.counts.tolist(), strict=True))
+        signature: dict[int, list[tuple[str, int, int, int]]] = {}
+        for row in per_call.to_pylist():
+            rank = int(row["rank"])
+            per_step = round(row["seq_count"] / max(steps.get(rank, 1), 1))
+            signature.setdefault(rank, []).append(
+                (
+                    str(row["collective"]),
+                    int(row["msg_bytes"] or 0),
+                    int(row["group_size"] or 0),
+                    per_step,
+                )
+            )
+        keys = [tuple(sorted(signature.get(int(r), []))) for r in features.ranks.tolist()]
+        distinct = sorted(set(keys))
+        if len(distinct) < 2:
+            return fallback
+        labels = np.array([distinct.index(k) for k in keys], dtype=np.int64)
+        if np.bincount(labels).min() < MIN_ROLE_SIZE:
+            return fallback
+        return PeerGroups(
+            labels=labels,
+            names=[f"role {i + 1}" for i in range(len(distinct))],
+            basis=(
+                f"{len(distinct)} roles inferred from process-group communication (ranks that "
+                "issue the same collectives, message sizes and group sizes per step are peers)"
+            ),
+        )
+
+    return assign

@@ -6,6 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfdiag.analyzer.capture import Capture, load_capture
+from perfdiag.analyzer.collective_findings import (
+    annotate_slow_workers,
+    slow_link_findings,
+    without_explained_waiting,
+)
+from perfdiag.analyzer.collectives import CollectiveAnalysis, analyze_collectives
 from perfdiag.analyzer.compare import Deviations, compare_peers
 from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.features import Features, StepTimes, build_features
@@ -19,11 +25,13 @@ from perfdiag.analyzer.findings import (
 )
 from perfdiag.analyzer.fusion import Fusion, fuse
 from perfdiag.analyzer.hardware import ResourceAnomaly, resource_anomalies
-from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_function_signature
+from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
+from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
 from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
+from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.verdict import Verdict
 from perfdiag.storage import Storage, layout, open_storage
 
@@ -58,6 +66,7 @@ class Analysis:
     below_threshold: list[Reported]
     has_gpu: bool
     verdict: Verdict
+    collectives: CollectiveAnalysis | None = None
 
 
 def analyze_capture(
@@ -65,7 +74,7 @@ def analyze_capture(
     thresholds: Thresholds | None = None,
     expected_ranks: list[int] | None = None,
     *,
-    roles: RoleAssigner = by_function_signature,
+    roles: RoleAssigner | None = None,
     progress: Progress | None = None,
 ) -> Analysis:
     say = progress or (lambda _msg: None)
@@ -74,27 +83,34 @@ def analyze_capture(
     features = build_features(
         capture.summary, steps, min_beta=FEATURE_FLOOR_SHARE * limits.min_excess_fraction
     )
-    groups = roles(features, limits.role_split_jaccard)
+    # Default roles: process-group communication when the capture has collective calls.
+    groups = (roles or by_collectives(capture.collectives))(features, limits.role_split_jaccard)
     say(f"comparing {len(features.ranks)} workers ({len(groups.names)} peer group(s))")
     deviations = compare_peers(capture.summary, features, groups, limits)
     anomalies = resource_anomalies(capture.summary, features, groups, limits)
-    fusion = fuse(features, deviations, groups, limits, anomalies)
+    speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
+    fusion = fuse(features, deviations, groups, limits, anomalies + speed)
+    collectives = analyze_collectives(capture.collectives, features, groups, limits)
     has_gpu = any(m.has_gpu for m in capture.metas.values())
     violations = check_expected_ranges(
         capture.summary, features, groups, fusion, limits, has_gpu=has_gpu
     )
     median_step = float(steps.median_ms.mean()) if len(steps.ranks) else None
     account = account_workers(capture, expected_ranks, limits, median_step)
+    capture.notes.extend(account.notes)
 
     candidates = [
         *slow_worker_findings(fusion, features, groups, limits),
-        *communication_findings(fusion),
+        *without_explained_waiting(communication_findings(fusion), collectives, features),
         *hardware_findings(anomalies, features, fusion),
+        *kernel_speed_findings(speed, features, fusion),
+        *slow_link_findings(collectives, features),
         *range_findings(violations),
     ]
-    reported = hang_findings(account.stuck)
+    reported = hang_findings(account)
     reported += [r for r in candidates if r.finding.severity >= limits.report_severity]
     below = [r for r in candidates if r.finding.severity < limits.report_severity]
+    reported = annotate_slow_workers(reported, collectives, features)
     # Ties: the fused slow_worker before the function_anomaly it contains.
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
     verdict = build_verdict(capture, account, steps, reported, limits)
@@ -113,6 +129,7 @@ def analyze_capture(
         below_threshold=below,
         has_gpu=has_gpu,
         verdict=verdict,
+        collectives=collectives,
     )
 
 
@@ -135,6 +152,12 @@ def run_analysis(
 
     target = out or storage
     target.put_text(layout.REPORT, render_report(analysis))
+    from perfdiag.analyzer.timeline import build_timeline
+
+    target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
+    if capture.breakdown:
+        breakdown = Breakdown(ranks={str(r): b for r, b in sorted(capture.breakdown.items())})
+        target.put_text(layout.BREAKDOWN, breakdown.to_json())
     # verdict.json last: its presence tells readers the analysis is complete.
     target.put_text(layout.VERDICT, analysis.verdict.to_json())
     say(f"wrote {target.uri_of(layout.VERDICT)} and {target.uri_of(layout.REPORT)}")

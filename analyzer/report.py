@@ -55,6 +55,7 @@ def render_report(analysis: Analysis) -> str:
         _findings_section(analysis.reported, "Findings", open_first=True),
         _step_section(analysis, culprits, shown),
         _breakdown_section(analysis, culprits, shown),
+        _collectives_section(analysis, culprits, shown),
         _heatmap_section(analysis, culprits, shown),
         _workers_section(analysis),
         _details_section(analysis),
@@ -349,6 +350,55 @@ def _breakdown_section(analysis: Analysis, culprits: set[int], shown: list[int])
         "communication includes Python frames blocked on a collective). A culprit shows more "
         "work; the ranks waiting for it show more communication.</p>"
         f"{chart}</section>"
+    )
+
+
+def _collectives_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+    """Matched collectives per rank: time waiting for the last rank vs transfer."""
+    result = analysis.collectives
+    if result is None:
+        return ""
+    features = analysis.features
+    per_rank = result.per_rank
+    position = {int(r): i for i, r in enumerate(features.ranks)}
+    categories = ["transfer", "waiting for the last rank"]
+    bars = []
+    for rank in shown:
+        i = position.get(rank)
+        if i is None or not per_rank.calls[i]:
+            continue
+        bw = per_rank.busbw_mu[i]
+        bandwidth = f", {bw:.1f} GB/s bus bandwidth" if np.isfinite(bw) else ""
+        prefix = (
+            f"rank {rank} (arrived last in {pct(float(per_rank.last_share[i]))} of "
+            f"{int(per_rank.calls[i])} calls{bandwidth})"
+        )
+        bars.append(
+            StackedBar(
+                label=str(rank),
+                segments=[
+                    ("transfer", float(per_rank.transfer_ms[i])),
+                    ("waiting for the last rank", float(per_rank.wait_ms[i])),
+                ],
+                tooltip_prefix=prefix,
+                highlight=rank in culprits,
+            )
+        )
+    if not bars:
+        return ""
+    clocks = (
+        "arrival times on the trace clocks"
+        if result.instances.clock_aligned
+        else "durations only (the ranks' clocks do not line up)"
+    )
+    return (
+        '<section><h2>Collectives: waiting vs transfer</h2><p class="hint">'
+        f"{result.instance_count} collectives matched across ranks (process group + "
+        f"sequence number); mean ms per step of each rank's collective time, split by "
+        f"{escape(clocks)} into the wait until the last rank arrived and the transfer after. "
+        "The rank that arrives last waits least: long waits mark victims; a long transfer "
+        "marks a slow link.</p>"
+        f"{stacked_bars(bars, unit=' ms', categories=categories)}</section>"
     )
 
 

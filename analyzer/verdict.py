@@ -23,7 +23,8 @@ def window_info(capture: Capture, steps: StepTimes) -> WindowInfo:
         n_steps = max(len(m.window.step_bounds_ns) for m in metas)
     else:
         start_step = 0
-        n_steps = capture.plan.steps if capture.plan else 0
+        # A stacks plan (a hang before any window) captured no steps.
+        n_steps = capture.plan.steps if capture.plan and capture.plan.action == "capture" else 0
     return WindowInfo(
         start_step=start_step,
         steps=n_steps,

@@ -3,12 +3,12 @@
 Expected ranks: those passed by the caller, those with any file in the capture, and 0…W−1 when
 the summaries state a world size W.
 
-Stuck (v1, minimal): a worker without a summary whose heartbeat kept coming while its training
-step stopped advancing — `updated_unix − last_step_unix` in its status.json exceeds
-max(stuck_after_seconds, stuck_after_steps × median step). A worker whose heartbeats stopped
-too is gone (crashed, evicted), i.e. missing. The full hang method (stack dumps grouped across
-ranks, the rank outside the collective the others wait in) is a later issue; stacks.json, when
-present, is quoted in the evidence.
+Stuck: a worker whose heartbeat kept coming while its training step stopped advancing —
+`updated_unix − last_step_unix` in its status.json reaches the limit of `perfdiag.stall`
+(max(stuck_after_seconds, stuck_after_steps × median step), at most its upper bound), whether
+or not it produced a summary (a job can hang after its window). A worker whose heartbeats
+stopped too is gone (crashed, evicted), i.e. missing. Which of the stuck workers hold the job
+up is decided by analyzer/hang.py from their stack dumps (and Flight Recorder dumps).
 """
 
 from __future__ import annotations
@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdiag.analyzer.capture import Capture
+from perfdiag.analyzer.hang import HangDiagnosis, diagnose_hang, read_flight_recorder
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.verdict import WorkerInfo
+from perfdiag.stall import (
+    HEARTBEAT_STALE_S,
+    RankProgress,
+    StallPolicy,
+    StuckRank,
+    stuck_ranks,
+)
 
 STACK_FRAMES_QUOTED = 6
 
@@ -40,6 +48,14 @@ class WorkerAccount:
     missing: dict[int, str]
     """Rank → why it is missing."""
     stuck: dict[int, StuckWorker]
+    hang: HangDiagnosis | None = None
+    notes: tuple[str, ...] = ()
+
+
+def stall_policy(thresholds: Thresholds) -> StallPolicy:
+    return StallPolicy(
+        min_s=thresholds.stuck_after_seconds, step_factor=thresholds.stuck_after_steps
+    )
 
 
 def account_workers(
@@ -55,12 +71,38 @@ def account_workers(
     if world_sizes:
         expected |= set(range(max(world_sizes)))
     step_s = (median_step_ms or 0.0) / 1000.0
-    stall_limit = max(thresholds.stuck_after_seconds, thresholds.stuck_after_steps * step_s)
+    stall_limit = stall_policy(thresholds).limit_s(step_s or None)
     newest = max((s.updated_unix for s in capture.statuses.values()), default=None)
+    progress = [
+        RankProgress(rank, status.step, status.last_step_unix, status.updated_unix)
+        for rank, status in capture.statuses.items()
+        if rank in expected and status.phase != "failed"
+    ]
+    stalled = stuck_ranks(progress, stall_limit)
+    if stalled and newest is not None:
+        # During a hang, a rank whose heartbeats stopped too (frozen, or holding the GIL in
+        # native code) is stuck as well: as of the newest heartbeat its step has not advanced.
+        quiet = [
+            item
+            for item in progress
+            if item.rank not in stalled
+            and item.updated_unix is not None
+            and newest - item.updated_unix > HEARTBEAT_STALE_S
+        ]
+        stalled.update(stuck_ranks(quiet, stall_limit, now=newest))
 
     missing: dict[int, str] = {}
     stuck: dict[int, StuckWorker] = {}
-    for rank in sorted(expected - set(analysed)):
+    for rank in sorted(stalled):
+        stalled_status = capture.statuses[rank]
+        stuck[rank] = StuckWorker(
+            rank=rank,
+            step=stalled_status.step,
+            stalled_s=stalled[rank].stalled_s,
+            phase=stalled_status.phase,
+            stack=main_thread_frames(capture.stacks.get(rank)),
+        )
+    for rank in sorted(expected - set(analysed) - set(stuck)):
         status = capture.statuses.get(rank)
         if rank in capture.unreadable:
             missing[rank] = f"summary unreadable: {capture.unreadable[rank]}"
@@ -71,17 +113,6 @@ def account_workers(
         if status.phase == "failed":
             missing[rank] = f"its window failed: {status.error or 'no reason given'}"
             continue
-        if status.last_step_unix is not None:
-            stalled = status.updated_unix - status.last_step_unix
-            if stalled >= stall_limit:
-                stuck[rank] = StuckWorker(
-                    rank=rank,
-                    step=status.step,
-                    stalled_s=stalled,
-                    phase=status.phase,
-                    stack=main_thread_frames(capture.stacks.get(rank)),
-                )
-                continue
         detail = f"no summary; last status: phase {status.phase} at step {status.step}"
         if newest is not None and newest - status.updated_unix >= stall_limit:
             detail += (
@@ -89,7 +120,51 @@ def account_workers(
                 "one (process gone?)"
             )
         missing[rank] = detail
-    return WorkerAccount(expected=sorted(expected), analysed=analysed, missing=missing, stuck=stuck)
+    hang, notes = _hang(capture, stalled)
+    return WorkerAccount(
+        expected=sorted(expected),
+        analysed=analysed,
+        missing=missing,
+        stuck=stuck,
+        hang=hang,
+        notes=tuple(notes),
+    )
+
+
+def _hang(
+    capture: Capture, stalled: dict[int, StuckRank]
+) -> tuple[HangDiagnosis | None, list[str]]:
+    if not stalled:
+        return None, []
+    notes: list[str] = []
+    recorders = {}
+    for rank, data in capture.flight_recorders.items():
+        try:
+            recorders[rank] = read_flight_recorder(data)
+        except Exception as exc:  # a foreign pickle: say so, diagnose from the stacks
+            notes.append(f"rank {rank}: Flight Recorder dump ignored ({type(exc).__name__}: {exc})")
+    dumps = capture.stacks or _innermost_frames(capture, stalled)
+    diagnosis = diagnose_hang(stalled, dumps, recorders)
+    if not capture.stacks and dumps:
+        diagnosis.basis += " (no stack dump: the heartbeats' innermost frames only)"
+    return diagnosis, notes
+
+
+def _innermost_frames(capture: Capture, stalled: dict[int, StuckRank]) -> dict[int, Any]:
+    """Without any stack dump, each stuck rank's `blocked_in` (its training thread's innermost
+    frame, from the heartbeat) stands in for one."""
+    dumps: dict[int, Any] = {}
+    for rank in stalled:
+        status = capture.statuses.get(rank)
+        where = status.blocked_in if status is not None else None
+        if where is not None:
+            frames = [{"file": where.file, "line": where.line, "function": where.function}]
+            if where.collective is not None:  # keep "waiting in <collective>" recognisable
+                frames.insert(
+                    0, {"file": "torch/distributed/", "line": 0, "function": where.collective}
+                )
+            dumps[rank] = {"rank": rank, "threads": [{"training": True, "frames": frames}]}
+    return dumps
 
 
 def main_thread_frames(dump: Any) -> list[str] | None:

@@ -19,15 +19,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfdiag.api.worker import WorkerPhase, WorkerStatus
+from perfdiag.api.worker import BlockedIn, WorkerPhase, WorkerStatus
 from perfdiag.collector import spool
 from perfdiag.storage import Storage, StorageError, layout, open_storage
 
+if TYPE_CHECKING:
+    from perfdiag.collector.hardware import HardwareSampler, Series
+
 log = logging.getLogger("perfdiag.agent")
 
-UPLOADED_MARKER = ".uploaded"  # in a window folder, once its files are in storage
+UPLOADED_MARKER = ".uploaded"
+WINDOW_MARGIN_NS = 200_000_000  # hardware samples kept around a window's steps  # in a window folder, once its files are in storage
 
 # Hook heartbeat phase → worker status phase.
 _PHASES: dict[str, WorkerPhase] = {
@@ -54,10 +58,17 @@ def process_window(
     *,
     keep_raw: bool = True,
     pod: str | None = None,
+    hardware: Sequence[Series] | None = None,
 ) -> WorkerStatus:
     """Write the worker files of one completed window and return its status (phase "done", or
     "failed" with the reason when the window is unusable). Storage errors propagate (the caller
-    retries); a malformed window does not raise."""
+    retries); a malformed window does not raise.
+
+    `hardware`: this worker's samples (collector/hardware.py `worker_series`) taken during the
+    window: written as hardware.parquet, and the summary gets each function's governing
+    resource μ/σ from them."""
+    from perfdiag.analyzer.hardware_samples import with_resources
+    from perfdiag.collector.hardware import hardware_table, within
     from perfdiag.kineto import TraceError
     from perfdiag.kineto.hook_window import read_hook_window
     from perfdiag.parquet_io import table_to_bytes
@@ -67,7 +78,7 @@ def process_window(
     hook = spool.read_json(folder / spool.HOOK_META)
     beat = _heartbeat(spool_dir, rank)
     files: list[str] = []
-    files += _upload_stacks(spool_dir, rank, plan_id, storage)
+    files += upload_stacks(spool_dir, rank, plan_id, storage)
     error: str | None = None
     if not isinstance(hook, dict):
         error = f"{folder / spool.HOOK_META} is missing or not a JSON object"
@@ -80,6 +91,16 @@ def process_window(
         except TraceError as exc:
             error = str(exc)
         else:
+            if hardware:
+                # The window's steps, and a margin for counters' rates at its edges.
+                start, end = meta.window.span_ns
+                kept = within(hardware, start - WINDOW_MARGIN_NS, end + WINDOW_MARGIN_NS)
+                samples = hardware_table(kept, meta)
+                if samples.num_rows:  # none when sampling began after the window (a restart)
+                    summary = with_resources(summary, events, samples)
+                    key = layout.worker_key(rank, layout.HARDWARE)
+                    storage.put_bytes(key, table_to_bytes(samples))
+                    files.append(key)
             if keep_raw:
                 key = layout.worker_key(rank, layout.EVENTS)
                 storage.put_bytes(key, table_to_bytes(events))
@@ -104,13 +125,20 @@ def process_window(
     return status
 
 
-def _upload_stacks(spool_dir: Path, rank: int, plan_id: str, storage: Storage) -> list[str]:
+def upload_stacks(spool_dir: Path, rank: int, plan_id: str, storage: Storage) -> list[str]:
+    """stacks.json (and the Flight Recorder dump written with it) of one stacks plan; the keys
+    written (none when the rank has not dumped its stacks for that plan)."""
     path = spool.stacks_file(spool_dir, rank, plan_id)
     if not path.is_file():
         return []
+    keys = []
+    recorder = spool.flight_recorder_file(spool_dir, rank, plan_id)
+    if recorder.is_file():
+        keys.append(layout.worker_key(rank, layout.FLIGHT_RECORDER))
+        storage.put_file(keys[-1], recorder)
     key = layout.worker_key(rank, layout.STACKS)
     storage.put_file(key, path)
-    return [key]
+    return [key, *keys]
 
 
 def _heartbeat(spool_dir: Path, rank: int) -> dict[str, Any]:
@@ -126,6 +154,17 @@ def _step(beat: dict[str, Any], hook: dict[str, Any]) -> int:
     if isinstance(first, int) and isinstance(steps, int):
         return max(first + steps, 0)
     return 0
+
+
+def blocked_in(beat: dict[str, Any]) -> BlockedIn | None:
+    """The heartbeat's `blocked_in` (hook: set while the step is late), when well-formed."""
+    value = beat.get("blocked_in")
+    if not isinstance(value, dict):
+        return None
+    try:
+        return BlockedIn.model_validate(value)
+    except ValueError:
+        return None
 
 
 def _text(value: Any) -> str | None:
@@ -159,6 +198,8 @@ class AgentState:
     final: dict[tuple[int, str], WorkerStatus] = field(default_factory=dict)
     last_status: dict[int, tuple[str, float]] = field(default_factory=dict)  # json, when sent
     retries: dict[tuple[str, int, str], _Retry] = field(default_factory=dict)
+    sampler: HardwareSampler | None = None
+    """Hardware sampling while some rank has a window armed, open or being written."""
 
 
 def run_agent(
@@ -176,6 +217,7 @@ def run_agent(
     max_backoff_s: float = 30.0,
     once: bool = False,
     state: AgentState | None = None,
+    sample_hardware: bool = True,
 ) -> AgentState:
     """Follow the spool until `stop` is set (or one pass when `once`).
 
@@ -184,6 +226,9 @@ def run_agent(
     changed; upload stack dumps; process every completed window once (remembered in memory
     and by a marker file in the window folder). A storage error postpones that piece of work
     with exponential backoff (up to `max_backoff_s`); nothing stops the loop but `stop`.
+    With `sample_hardware` (and not `once`), the hardware sampler runs from the moment a rank
+    arms a window until every such window is processed; each worker's samples go into its
+    hardware.parquet and its summary's resource μ/σ.
     """
     state = state or AgentState()
     destinations: dict[str, Storage] = {}
@@ -196,6 +241,8 @@ def run_agent(
         return destinations[plan_id]
 
     while True:
+        if sample_hardware and not once:
+            _follow_windows(spool_dir, _ranks(spool_dir, ranks), state)
         for rank in _ranks(spool_dir, ranks):
             _poll_rank(
                 spool_dir,
@@ -209,7 +256,47 @@ def run_agent(
                 pod,
             )
         if once or stop.wait(poll_s):
+            if state.sampler is not None:
+                state.sampler.stop()
+                state.sampler = None
             return state
+
+
+_WINDOW_PHASES = ("armed", "capturing", "writing")
+
+
+def _follow_windows(spool_dir: Path, ranks: Sequence[int], state: AgentState) -> None:
+    """Start the sampler when a rank arms a window; stop it when no window is open and every
+    completed window has been processed."""
+    beats = {rank: _heartbeat(spool_dir, rank) for rank in ranks}
+    open_window = any(beat.get("phase") in _WINDOW_PHASES for beat in beats.values())
+    if open_window and state.sampler is None:
+        from perfdiag.collector.hardware import HardwareSampler
+
+        pids = {r: b["pid"] for r, b in beats.items() if isinstance(b.get("pid"), int)}
+        state.sampler = HardwareSampler(pids=pids)
+        for note in state.sampler.notes:
+            log.info("hardware sampler: %s", note)
+        state.sampler.start()
+    elif not open_window and state.sampler is not None:
+        pending = any(
+            (rank, plan_id) not in state.processed
+            for rank in ranks
+            for plan_id in _completed_windows(spool_dir, rank)
+        )
+        if not pending:
+            state.sampler.stop()
+            state.sampler = None
+
+
+def _hardware_for(spool_dir: Path, rank: int, state: AgentState) -> list[Series] | None:
+    if state.sampler is None:
+        return None
+    from perfdiag.collector.hardware import gpu_index, worker_series
+
+    local_rank = _heartbeat(spool_dir, rank).get("local_rank")
+    gpu = gpu_index(local_rank if isinstance(local_rank, int) else None)
+    return worker_series(state.sampler.samples(), rank, gpu)
 
 
 def _ranks(spool_dir: Path, ranks: Sequence[int] | None) -> list[int]:
@@ -318,7 +405,15 @@ def _process(
     started = time.monotonic()
     storage = destination(plan_id)
     try:
-        status = process_window(spool_dir, rank, plan_id, storage, keep_raw=keep_raw, pod=pod)
+        status = process_window(
+            spool_dir,
+            rank,
+            plan_id,
+            storage,
+            keep_raw=keep_raw,
+            pod=pod,
+            hardware=_hardware_for(spool_dir, rank, state),
+        )
     except StorageError:
         raise
     except Exception as exc:  # a bug or an odd window must not stop the other ranks
@@ -354,7 +449,7 @@ def _stacks(
     state: AgentState,
 ) -> None:
     storage = destination(plan_id)
-    keys = _upload_stacks(spool_dir, rank, plan_id, storage)
+    keys = upload_stacks(spool_dir, rank, plan_id, storage)
     log.info("rank %d: stack dump of plan %s uploaded (%s)", rank, plan_id, ", ".join(keys))
     state.stacks.add((rank, plan_id))
     _mark(
@@ -424,6 +519,7 @@ def _heartbeat_status(
         updated_unix=_number(beat.get("updated_unix")) or time.time(),
         files=final.files if final else [],
         error=(final.error if final else None) or _text(beat.get("error")),
+        blocked_in=blocked_in(beat),
     )
     text = status.model_dump_json()
     previous = state.last_status.get(rank)

@@ -36,13 +36,14 @@ from typing import Any, Dict, Optional, Set, Tuple
 from perfdiag.collector import spool
 from perfdiag.collector.hook_imports import when_imported
 from perfdiag.collector.hook_plan import HookPlan, PlanError, parse_plan, plan_json
-from perfdiag.collector.hook_stacks import thread_stacks
+from perfdiag.collector.hook_stacks import blocked_frame, flight_recorder_dump, thread_stacks
 from perfdiag.collector.hook_window import CaptureWindow
 
 ENV_SPOOL = "PERFDIAG_SPOOL"
 ENV_PLAN = "PERFDIAG_PLAN"
 POLL_INTERVAL_S = 0.5  # plan file checks; heartbeats every HEARTBEAT_INTERVAL_S
 HEARTBEAT_INTERVAL_S = 1.0
+STALL_REPORT_S = 2.0  # a step older than this: the heartbeat says where the training thread is
 MAX_PLAN_BYTES = 1 << 20
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 
@@ -140,6 +141,7 @@ class Hook:
         self.error: Optional[str] = None
         # Daemon thread only.
         self._thread: Optional[threading.Thread] = None
+        self._training_ident: Optional[int] = None  # the thread that steps
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._plan_signature: Optional[Tuple[int, int, int]] = None
@@ -309,6 +311,8 @@ class Hook:
     # --- daemon thread ----------------------------------------------------------------------
 
     def _start_thread(self) -> None:
+        # Called at the first step boundary, on the training thread.
+        self._training_ident = threading.get_ident()
         thread = threading.Thread(target=self._run, name="perfdiag-hook", daemon=True)
         self._thread = thread
         thread.start()
@@ -404,8 +408,23 @@ class Hook:
             "time_unix": time.time(),
             "step": self.step_count,
             "plan_id": plan.id,
-            "threads": thread_stacks(),
+            "threads": thread_stacks(self._training_ident),
         }
+        # The Flight Recorder first (in its own file), the stacks last: the stack dump's presence
+        # tells the agent that this plan has been answered.
+        try:
+            recorded = flight_recorder_dump()
+        except Exception as exc:
+            recorded = None
+            self._log_once(f"fr:{_describe(exc)}", f"no Flight Recorder dump: {_describe(exc)}")
+        if recorded is not None:
+            try:
+                spool.write_bytes_atomic(
+                    spool.flight_recorder_file(self.spool_dir, self.rank, plan.id), recorded
+                )
+                dump["flight_recorder"] = True
+            except OSError as exc:
+                self._log_once(f"fr:{exc}", f"cannot write the Flight Recorder dump: {exc}")
         try:
             spool.write_json_atomic(spool.stacks_file(self.spool_dir, self.rank, plan.id), dump)
         except OSError as exc:
@@ -429,6 +448,10 @@ class Hook:
                 "exited": exited,
             }
         )
+        if last_unix is not None and now - last_unix >= STALL_REPORT_S and not exited:
+            # The step is late: say where the training thread is (costs nothing while the
+            # training advances; the frames are read on this thread).
+            beat["blocked_in"] = blocked_frame(self._training_ident)
         try:
             spool.write_json_atomic(self.rank_dir / spool.HEARTBEAT, beat)
         except OSError as exc:

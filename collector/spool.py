@@ -37,6 +37,14 @@ Standard library only: the hook imports this module inside training processes.
         "threads": [{"thread_id", "name", "daemon", "frames": [{"file", "line", "function"}]}],
         "pod", "plan_id"}; each thread also has "native_id" and "main" (the main thread is
         listed first); frames are outermost first, innermost last (traceback order).
+        "training": true marks the thread that counts the steps; "flight_recorder": true when
+        the Flight Recorder dump below was written for the same plan.
+    <spool>/rank-<R>/stacks/<plan_id>.fr.pkl
+        torch's Flight Recorder pickle (`_dump_fr_trace` / `_dump_nccl_trace`), written just
+        before the stack dump when torch.distributed is initialized and the recorder is on.
+    heartbeat.json also carries "blocked_in": {"file", "line", "function", "collective"} once
+    the training thread's step is 2 s late: its innermost frame, and the public
+    torch.distributed call it is inside (null when none).
 """
 
 from __future__ import annotations
@@ -64,6 +72,10 @@ def stacks_file(spool: Path, rank: int, plan_id: str) -> Path:
     return rank_dir(spool, rank) / "stacks" / f"{plan_id}.json"
 
 
+def flight_recorder_file(spool: Path, rank: int, plan_id: str) -> Path:
+    return rank_dir(spool, rank) / "stacks" / f"{plan_id}.fr.pkl"
+
+
 def ranks_in(spool: Path) -> list[int]:
     ranks = []
     if spool.is_dir():
@@ -80,6 +92,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     text = json.dumps(data)  # the C encoder; json.dump would encode in Python
     with open(tmp, "w") as fh:
         fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, path)
 
 

@@ -8,8 +8,10 @@ Start with `perfdiag operator`, or `kopf run -m perfdiag.operator.handlers --all
   not kopf timers: kopf puts a finalizer on every object a timer or daemon serves, and a
   finalizer without a running operator blocks deletion forever.
 - The finalizer (perfdiag.io/finalizer) is only on objects that have something to clean up
-  when deleted (status.needs_cleanup: a capture in progress); deleting one removes its plan
-  from the target pods.
+  when deleted (status.needs_cleanup: a capture or an analysis in progress); deleting one
+  removes its plan from the target pods and deletes its analyzer Job.
+- The pod mutating webhook (perfdiag.operator.webhook) is served when PERFDIAG_WEBHOOK_PORT is
+  set (settings.configure_webhook).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import ValidationError
 
 from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION, PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator import settings as operator_settings
+from perfdiag.operator import webhook  # noqa: F401  (registers the pod mutating webhook)
 from perfdiag.operator.kube import Kube, NoCredentials, new_api_client
 from perfdiag.operator.reconcile import Reconciler
 from perfdiag.operator.status import needs_cleanup, needs_recheck
@@ -63,6 +66,14 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     operator_settings.configure(settings)
     diagnoses_to_recheck: kopf.Index[None, tuple[str, str]] = kwargs["diagnoses_to_recheck"]
     config = memo.get("config") or operator_settings.OperatorConfig.from_env()
+    if config.webhook is not None:
+        operator_settings.configure_webhook(settings, config.webhook)
+    else:
+        operator_settings.configure_without_webhook(settings)
+        log.warning(
+            "no pod webhook served by this operator (PERFDIAG_WEBHOOK_PORT unset): new pods are "
+            "not injected unless another process serves it"
+        )
     try:
         api_client = new_api_client()
     except NoCredentials as exc:
@@ -127,7 +138,13 @@ def _has_cleanup(status: Mapping[str, Any], **_: Any) -> bool:
 
 @kopf.on.delete(*RESOURCE, when=_has_cleanup)
 def on_delete(
-    namespace: str | None, status: Mapping[str, Any], memo: Any, logger: Any, **_: Any
+    namespace: str | None,
+    name: str,
+    uid: str,
+    status: Mapping[str, Any],
+    memo: Any,
+    logger: Any,
+    **_: Any,
 ) -> None:
-    removed = memo["reconciler"].cleanup(namespace or "", _status(status))
-    logger.info("removed the plan from %d target pod(s)", removed)
+    removed = memo["reconciler"].cleanup(namespace or "", name, uid, _status(status))
+    logger.info("removed the plan from %d target pod(s); analyzer Job deleted", removed)

@@ -67,6 +67,7 @@ class Kube:
     def __init__(self, api_client: Any) -> None:
         self.core: Any = kubernetes.client.CoreV1Api(api_client)
         self.custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+        self.batch: Any = kubernetes.client.BatchV1Api(api_client)
         self.instance = os.environ.get("POD_NAME") or socket.gethostname()
 
     # ---- PerfDiagnosis ---------------------------------------------------------------------
@@ -144,6 +145,35 @@ class Kube:
         try:
             self.core.patch_namespaced_pod(
                 name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
+            )
+        except ApiException as exc:
+            if status_of(exc) != 404:
+                raise
+
+    # ---- analyzer Job ----------------------------------------------------------------------
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        return cast(dict[str, Any], json.loads(response.data))
+
+    def create_job(self, namespace: str, job: Mapping[str, Any]) -> bool:
+        """Create the Job; False when it exists already (created by an earlier pass)."""
+        try:
+            self.batch.create_namespaced_job(namespace, dict(job), _preload_content=False)
+        except ApiException as exc:
+            if status_of(exc) == 409:
+                return False
+            raise
+        return True
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _preload_content=False
             )
         except ApiException as exc:
             if status_of(exc) != 404:

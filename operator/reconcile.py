@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,19 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from perfdiag.api.diagnosis import TERMINAL_PHASES, PerfDiagnosisSpec, PerfDiagnosisStatus
+from perfdiag.api.verdict import Verdict
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
+from perfdiag.operator.coordination import (
+    STACKS_SUFFIX,
+    Decision,
+    World,
+    decide,
+    disarm_patch,
+    plan_annotations,
+    plan_of,
+    stacks_plan_id,
+)
 from perfdiag.operator.kube import ApiException, Kube, status_of
 from perfdiag.operator.settings import PLAN_ANNOTATION, OperatorConfig
 from perfdiag.operator.status import (
@@ -37,6 +51,8 @@ from perfdiag.operator.status import (
     transition_events,
     ttl_expired,
 )
+from perfdiag.operator.targets import describe, is_live, pod_selector
+from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
 
 log = logging.getLogger("perfdiag.operator")
 
@@ -80,6 +96,7 @@ class Reconciler:
         raw_status: dict[str, Any] = obj.get("status") or {}
         old = PerfDiagnosisStatus.model_validate(raw_status) if raw_status else None
         now = self.clock()
+        extra_events: list[Event] = []
         try:
             spec = PerfDiagnosisSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
@@ -93,21 +110,161 @@ class Reconciler:
             if old is not None and old.phase in TERMINAL_PHASES:
                 new = old.model_copy(update={"observed_generation": generation})
             else:
+                observation = self.kube.observe_target(namespace, spec.target)
                 new = compute_status(
                     old,
                     generation=generation,
-                    observation=self.kube.observe_target(namespace, spec.target),
+                    observation=observation,
                     now=now,
                     recheck_seconds=self.config.recheck_seconds,
                 )
+                capture_started = new.phase in ("Capturing", "Analyzing")
+                if capture_started or (new.phase == "Pending" and observation.state == "found"):
+                    decision = self._coordinate(obj, spec, new, generation, now)
+                    new, extra_events = decision.status, decision.events
         # Diff the normalized forms: fields this version does not know are left alone.
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:
             return "unchanged"
         written = self.kube.patch_status(namespace, name, patch, meta["resourceVersion"])
-        for event in transition_events(old, new):
+        for event in [*extra_events, *transition_events(old, new)]:
             self._post(written, event)
         return "updated"
+
+    # ---- capture coordination ----------------------------------------------------------------
+    def _coordinate(
+        self,
+        obj: dict[str, Any],
+        spec: PerfDiagnosisSpec,
+        status: PerfDiagnosisStatus,
+        generation: int,
+        now: datetime,
+    ) -> Decision:
+        meta = obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        world = self._world(namespace, name, uid, spec, status)
+        decision = decide(
+            name=name,
+            uid=uid,
+            namespace=namespace,
+            generation=generation,
+            spec=spec,
+            status=status,
+            world=world,
+            storage_root=self.config.storage,
+            target=describe(spec.target),
+            now=now,
+        )
+        for action in decision.actions:
+            if action == "arm":
+                assert decision.plan is not None and decision.status.artifacts is not None
+                prefix = decision.status.artifacts.prefix or ""
+                try:
+                    _open_storage(prefix).put_text(layout.PLAN, decision.plan.to_json())
+                except StorageError as exc:
+                    log.warning(
+                        "%s/%s: cannot write the plan to %s: %s", namespace, name, prefix, exc
+                    )
+                    return _storage_unavailable(status, generation, now, str(exc))
+                for pod in world.pods:
+                    self.kube.patch_pod(
+                        namespace, pod["metadata"]["name"], plan_annotations(decision.plan, name)
+                    )
+            elif action == "stacks":
+                assert decision.plan is not None
+                for pod in world.pods:
+                    self.kube.patch_pod(
+                        namespace, pod["metadata"]["name"], plan_annotations(decision.plan, name)
+                    )
+            elif action == "collect_stacks":
+                prefix = (status.artifacts.prefix if status.artifacts else None) or ""
+                try:
+                    copied = _collect_stacks(prefix)
+                except StorageError as exc:
+                    log.warning("%s/%s: stack dumps not copied: %s", namespace, name, exc)
+                    return _storage_unavailable(status, generation, now, str(exc))
+                log.info("%s/%s: %d stack dump(s) added to the capture", namespace, name, copied)
+            elif action == "disarm":
+                self._disarm(namespace, status, world.pods)
+            elif action == "launch_job":
+                artifacts = decision.status.artifacts
+                workers = decision.status.workers
+                job = analyzer_job(
+                    obj,
+                    prefix=(artifacts.prefix if artifacts else None) or "",
+                    expected_ranks=workers.expected if workers else None,
+                    image=self.config.image,
+                    storage_secret=self.config.storage_secret,
+                    deadline_seconds=self.config.analyzer_deadline_seconds,
+                    ttl_seconds=self.config.analyzer_ttl_seconds,
+                    thresholds=spec.analysis.to_wire(),
+                )
+                if self.kube.create_job(namespace, job):
+                    decision.events.append(
+                        Event("Normal", "AnalyzerStarted", f"Job {job['metadata']['name']} started")
+                    )
+        return decision
+
+    def _world(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec: PerfDiagnosisSpec,
+        status: PerfDiagnosisStatus,
+    ) -> World:
+        selector = pod_selector(spec.target)
+        if selector is None:
+            assert spec.target.name is not None
+            pod = self.kube.get_pod(namespace, spec.target.name)
+            pods = [pod] if pod is not None else []
+        else:
+            pods = self.kube.list_pods(namespace, selector)
+        pods = [p for p in pods if is_live(p)]
+        world = World(pods=pods)
+        prefix = status.artifacts.prefix if status.artifacts else None
+        if prefix is None or status.phase == "Pending":
+            return world
+        try:
+            storage = _open_storage(prefix)
+            if status.phase == "Capturing":
+                workers = _worker_statuses(storage, status)
+                stacks = _stack_dumps(prefix, status, pods)
+                return World(pods=pods, workers=workers, stacks=stacks)
+            raw_job = self.kube.get_job(namespace, job_name(name, uid))
+            job = job_state(raw_job) if raw_job is not None else None
+            if job is None or job.outcome != "succeeded":
+                return World(pods=pods, job=job)
+            try:
+                verdict = Verdict.model_validate_json(storage.get_text(layout.VERDICT))
+            except StorageNotFound:
+                return World(
+                    pods=pods, job=job, verdict_error=f"{prefix}/{layout.VERDICT} is missing"
+                )
+            except ValueError as exc:
+                return World(pods=pods, job=job, verdict_error=str(exc).splitlines()[0])
+            return World(pods=pods, job=job, verdict=verdict)
+        except StorageError as exc:
+            raw_job = (
+                self.kube.get_job(namespace, job_name(name, uid))
+                if status.phase == "Analyzing"
+                else None
+            )
+            job = job_state(raw_job) if raw_job is not None else None
+            return World(pods=pods, job=job, storage_error=str(exc))
+
+    def _disarm(
+        self, namespace: str, status: PerfDiagnosisStatus | None, pods: list[dict[str, Any]]
+    ) -> int:
+        plan_id = status.window.plan_id if status and status.window else None
+        ours = {plan_id, stacks_plan_id(plan_id)} if plan_id is not None else set()
+        changed = 0
+        for pod in pods:
+            annotations = pod["metadata"].get("annotations") or {}
+            if _plan_id(annotations.get(PLAN_ANNOTATION)) in ours:
+                self.kube.patch_pod(namespace, pod["metadata"]["name"], disarm_patch())
+                changed += 1
+        return changed
 
     def _post(self, obj: dict[str, Any], event: Event) -> None:
         try:
@@ -115,21 +272,104 @@ class Reconciler:
         except ApiException as exc:  # an Event is a courtesy; the status is already written
             log.warning("could not post event %s: %s", event.reason, exc)
 
-    def cleanup(self, namespace: str, status: PerfDiagnosisStatus | None) -> int:
-        """Remove this diagnosis' plan from its target pods (before it is deleted), so a capture
-        that has not started yet never starts. Returns how many pods were changed."""
-        plan_id = status.window.plan_id if status and status.window else None
+    def cleanup(
+        self, namespace: str, name: str, uid: str, status: PerfDiagnosisStatus | None
+    ) -> int:
+        """Before the diagnosis is deleted: remove its plan from its target pods, so a capture
+        that has not started yet never starts, and delete its analyzer Job (the garbage
+        collector would, through the ownerReference; doing it now stops the work at once).
+        Returns how many pods were changed."""
+        self.kube.delete_job(namespace, job_name(name, uid))
         selector = status.target.selector if status and status.target else None
-        if plan_id is None or selector is None:
+        if selector is None:
             return 0
-        changed = 0
-        for pod in self.kube.list_pods(namespace, selector):
-            annotations = pod["metadata"].get("annotations") or {}
-            if _plan_id(annotations.get(PLAN_ANNOTATION)) == plan_id:
-                patch = {"metadata": {"annotations": {PLAN_ANNOTATION: None}}}
-                self.kube.patch_pod(namespace, pod["metadata"]["name"], patch)
-                changed += 1
-        return changed
+        return self._disarm(namespace, status, self.kube.list_pods(namespace, selector))
+
+
+def _worker_statuses(storage: Storage, status: PerfDiagnosisStatus) -> dict[int, WorkerStatus]:
+    """Every worker's status.json of this plan (older plans' files are ignored)."""
+    plan_id = status.window.plan_id if status.window else None
+    found: dict[int, WorkerStatus] = {}
+    for key in storage.list(f"{layout.WORKERS}/"):
+        rank = layout.rank_of_worker_key(key)
+        if rank is None or not key.endswith(f"/{layout.STATUS}"):
+            continue
+        try:
+            worker = WorkerStatus.model_validate_json(storage.get_text(key))
+        except StorageNotFound:
+            continue
+        except ValueError:
+            log.warning("%s/%s is not a worker status; ignored", storage.uri, key)
+            continue
+        if worker.plan_id in (None, plan_id):
+            found[rank] = worker
+    return found
+
+
+OPERATOR_S3_RETRY_SECONDS = "5"
+
+
+def _open_storage(uri: str) -> Storage:
+    """Storage for the operator's own reads and writes. An S3 operation gives up after 5 s of
+    transient failures (PERFDIAG_S3_RETRY_SECONDS overrides): the operator looks again at every
+    recheck anyway, and one diagnosis' outage must not hold the recheck loop (sequential) for a
+    minute; the condition StorageUnavailable then says so at once."""
+    if uri.startswith("s3://"):
+        from perfdiag.storage.s3 import RETRY_SECONDS_VARIABLE, S3Storage
+
+        env = dict(os.environ)
+        env.setdefault(RETRY_SECONDS_VARIABLE, OPERATOR_S3_RETRY_SECONDS)
+        return S3Storage.from_uri(uri, environ=env)
+    return open_storage(uri)
+
+
+def _stack_dumps(
+    prefix: str, status: PerfDiagnosisStatus, pods: list[dict[str, Any]]
+) -> frozenset[int]:
+    """Ranks whose answer to our stacks plan is in storage (only once that plan was sent)."""
+    plan_id = status.window.plan_id if status.window else None
+    if plan_id is None:
+        return frozenset()
+    wanted = stacks_plan_id(plan_id)
+    if not any(plan_of(pod)[0] == wanted for pod in pods):
+        return frozenset()
+    keys = _open_storage(f"{prefix}{STACKS_SUFFIX}").list(f"{layout.WORKERS}/")
+    return frozenset(
+        rank
+        for key in keys
+        if key.endswith(f"/{layout.STACKS}")
+        and (rank := layout.rank_of_worker_key(key)) is not None
+    )
+
+
+def _collect_stacks(prefix: str) -> int:
+    """Copy the stack dumps of the stacks plan into the capture, where the analyzer reads them
+    (idempotent: same key, same bytes)."""
+    source = _open_storage(f"{prefix}{STACKS_SUFFIX}")
+    target = _open_storage(prefix)
+    copied = 0
+    for key in source.list(f"{layout.WORKERS}/"):
+        if key.endswith(f"/{layout.STACKS}"):
+            target.put_bytes(key, source.get_bytes(key))
+            copied += 1
+    return copied
+
+
+def _storage_unavailable(
+    status: PerfDiagnosisStatus, generation: int, now: datetime, error: str
+) -> Decision:
+    desired = [
+        Desired(READY, "False", "StorageUnavailable", f"storage unavailable, retrying: {error}"),
+        Desired(
+            RECONCILING, "True", "StorageUnavailable", f"storage unavailable, retrying: {error}"
+        ),
+        Desired(STALLED, "False", "StorageUnavailable"),
+    ]
+    return Decision(
+        status.model_copy(
+            update={"conditions": merge_conditions(status.conditions, desired, generation, now)}
+        )
+    )
 
 
 def _plan_id(text: str | None) -> str | None:

@@ -198,9 +198,10 @@ def ttl_expired(spec: PerfDiagnosisSpec, status: PerfDiagnosisStatus | None, now
 
 def needs_cleanup(status: PerfDiagnosisStatus | None) -> bool:
     """Whether deleting the diagnosis leaves something behind to clean up, so the finalizer is
-    needed: only while capturing, when the plan annotation may sit on the target pods. The
-    analyzer Job is garbage-collected through its ownerReference; storage is kept on purpose."""
-    return status is not None and status.phase == "Capturing"
+    needed: while capturing (the plan annotation sits on the target pods) and analyzing (the
+    analyzer Job runs; the garbage collector would delete it through its ownerReference, the
+    operator stops it at once). Storage is kept on purpose."""
+    return status is not None and status.phase in ("Capturing", "Analyzing")
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from perfdiag.api import Verdict
 from perfdiag.cli import CliError
 from perfdiag.local.failure import training_failed_message
+from perfdiag.local.hang import EXIT_HANG, HangDetected, HangWatch, collect_stacks
+from perfdiag.local.heartbeats import read_beats
 from perfdiag.local.progress import Progress
 from perfdiag.local.torchrun import LaunchTarget
 from perfdiag.local.training import SignalForwarding, TrainingProcess
@@ -29,10 +31,15 @@ from perfdiag.local.window import (
 )
 from perfdiag.storage import Storage, StorageError, layout
 
+if TYPE_CHECKING:
+    from perfdiag.analyzer.thresholds import Thresholds
+
 EXIT_TRAINING_FAILED = 3
 EXIT_WINDOW_INCOMPLETE = 4
 # How long to wait for the training to exit when no rank could finish the window.
 ENDED_GRACE_S = 20.0
+# How long the node with rank 0 waits for the other nodes' stack dumps after a hang.
+OTHER_NODES_STACKS_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,17 @@ def _supervise(
     signals: SignalForwarding,
     spool_dir: Path,
 ) -> RunResult:
+    stall = run.settings.stall
+    watch = HangWatch(spool_dir, stall) if stall is not None else None
+
     def check() -> None:
         if signals.received is not None:
             raise Interrupted
         code = training.poll()
         if code is not None:
             raise TrainingEnded(code)
+        if watch is not None:
+            watch.check()
 
     window = WindowCoordinator(
         run.settings, spool_dir, spool_dir / "plan.json", storage, progress, check
@@ -122,6 +134,8 @@ def _supervise(
         window.collect()
     except Interrupted:
         _stop_on_signal(training, signals, progress)
+    except HangDetected as hang:
+        _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
     except TrainingEnded as ended:
         if window.state.plan is not None:
             window.process_completed()
@@ -140,7 +154,10 @@ def _supervise(
             EXIT_WINDOW_INCOMPLETE,
         )
 
-    verdict = _analyze_window(run, window, storage, progress, check)
+    try:
+        verdict = _analyze_window(run, window, storage, progress, check)
+    except HangDetected as hang:
+        _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
     if verdict is not None:
         on_verdict(verdict)
     progress("waiting for the training to finish (Ctrl-C stops it)…")
@@ -150,6 +167,13 @@ def _supervise(
         code = training.wait(0.5)
         if code is not None:
             break
+        try:
+            if watch is not None:
+                watch.check()
+        except HangDetected as hang:
+            # A hang after the window: diagnosed on its own (the verdict above stays valid for
+            # the window; the new verdict.json replaces it with the hang).
+            _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
     if code != 0:
         raise CliError(
             training_failed_message(code, training.tail.lines(), window.state.max_step_seen)
@@ -220,13 +244,18 @@ def _wait_for_other_nodes(
         time.sleep(1.0)
 
 
-def _analyze(storage: Storage, progress: Progress, expected: list[int]) -> Verdict:
+def _analyze(
+    storage: Storage,
+    progress: Progress,
+    expected: list[int],
+    thresholds: Thresholds | None = None,
+) -> Verdict:
     from perfdiag.analyzer import analyze
     from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
 
     progress("analyzing…")
     try:
-        return analyze(storage, progress=progress, expected_ranks=expected)
+        return analyze(storage, progress=progress, expected_ranks=expected, thresholds=thresholds)
     except NoCaptureError as exc:
         raise CliError(f"no usable capture: {exc}", EXIT_WINDOW_INCOMPLETE) from exc
     except AnalyzerError as exc:
@@ -253,6 +282,83 @@ def _partial_verdict(
         progress(f"no partial verdict: {exc}")
         return
     on_verdict(verdict)
+
+
+def _diagnose_hang(
+    run: LocalRun,
+    window: WindowCoordinator,
+    storage: Storage,
+    progress: Progress,
+    on_verdict: Callable[[Verdict], None],
+    training: TrainingProcess,
+    hang: HangDetected,
+) -> NoReturn:
+    """A rank stopped advancing: dump every rank's stacks, analyze, print the `hang` verdict,
+    stop the training and exit EXIT_HANG (instead of waiting for it forever)."""
+    from perfdiag.analyzer.thresholds import Thresholds
+
+    stuck = sorted(hang.stuck.values(), key=lambda s: s.rank)
+    progress(
+        "the training is stuck: "
+        + ", ".join(
+            f"rank {s.rank} has not left step {s.step} for {s.stalled_s:.0f} s" for s in stuck
+        )
+        + f" (limit {hang.limit_s:.0f} s); asking every rank for its Python stacks…"
+    )
+    collect_stacks(
+        window.spool_dir,
+        window.plan_path,
+        storage,
+        progress,
+        window.state.statuses,
+        write_plan_to_storage=window.state.plan is None and run.settings.write_plan_to_storage,
+        training_alive=lambda: training.poll() is None,
+    )
+    beats = read_beats(window.spool_dir)
+    worlds = [beat.world_size for beat in beats.values() if beat.world_size]
+    world = window.state.world_size or (max(worlds) if worlds else len(beats))
+    if run.multi_node:
+        if 0 not in beats:
+            # One verdict per job: the node running rank 0 writes it (every node notices the
+            # hang on its own ranks and writes their stacks into the shared output).
+            progress(
+                f"stacks of ranks {', '.join(map(str, sorted(beats)))} written to "
+                f"{storage.uri}; the node running rank 0 writes the hang verdict"
+            )
+            progress("stopping the training…")
+            training.stop()
+            raise CliError("the training hung; perfdiag stopped it on this node", EXIT_HANG)
+        _wait_for_stacks(storage, list(range(world)), progress)
+    # Ranks stop one after the other (the culprit first, the others at their next collective):
+    # the analysis counts as stuck every rank stalled for half the limit that triggered this.
+    stall = run.settings.stall
+    assert stall is not None
+    thresholds = Thresholds(
+        stuck_after_seconds=hang.limit_s / 2, stuck_after_steps=stall.step_factor / 2
+    )
+    try:
+        verdict = _analyze(storage, progress, list(range(world)), thresholds)
+    finally:
+        progress("stopping the training…")
+        training.stop()
+    on_verdict(verdict)
+    raise CliError(
+        "the training hung (verdict above); perfdiag stopped it. Rerun with a larger "
+        "--hang-after if the steps are legitimately that slow.",
+        EXIT_HANG,
+    )
+
+
+def _wait_for_stacks(storage: Storage, expected: list[int], progress: Progress) -> None:
+    """On the node with rank 0: give the other nodes (which notice the hang within about the
+    same time) a moment to write their ranks' stack dumps."""
+    deadline = time.monotonic() + OTHER_NODES_STACKS_S
+    while time.monotonic() < deadline:
+        missing = [r for r in expected if not storage.exists(layout.worker_key(r, layout.STACKS))]
+        if not missing:
+            return
+        progress.status(f"waiting for the other nodes' stack dumps: {len(missing)} ranks…")
+        time.sleep(1.0)
 
 
 def _stop_on_signal(

@@ -29,11 +29,14 @@ events.parquet  (perfdiag.events/v1) — one row per complete event of the windo
   pg_name       string   process-group name/id, else null
   seq           int64    collective sequence number within its group, else null: the order of
                          that kind of call (record_param_comms op, NCCL kernel, gloo annotation)
-                         within its process group over the worker's whole trace
+                         within its process group over the worker's whole trace, or Kineto's
+                         own `Seq` argument (the process group's counter) where the trace has it
   dtype         string   element type of that collective as the profiler names it ("Float"), else
                          null (added in v1, nullable)
   pg_ranks      string   global ranks of its process group as Kineto writes them ("[0, 1]"; PyTorch
                          may shorten long lists), else null (added in v1, nullable)
+  out_msg_bytes int64    bytes that collective outputs (`Out msg nelems` × element size), else null
+                         (added in v1, nullable)
 
 summary.parquet (perfdiag.summary/v1) — one row per (function, category) of the worker: the
 behavior pattern of DESIGN.md §4. Small by construction: functions under a β floor are folded
@@ -51,6 +54,18 @@ into one "<other>" row per category.
   resource_mu     float64  mean of that resource inside its executions, or null
   resource_sigma  float64  standard deviation of it, or null
   beta_per_step   list<float32>  β within each window step (time charged / step duration)
+
+hardware.parquet (perfdiag.hardware/v1) — samples taken by the agent's hardware sampler
+(perfdiag.collector.hardware) while the window was open; long format, one row per sample of
+one metric of one device (docs/hardware.md lists the metrics, units and rates).
+  rank      int32    global rank of the worker the file belongs to
+  ts_ns     int64    when the sample was read: Unix-epoch ns of the host's real-time clock
+                     (the Kineto trace clock on the same host)
+  metric    string   "sm_clock_mhz", "net_rx_bytes", "cpu_run_ns", …
+  device    string   "gpu<i>" (NVML index), "net:<interface>", "cpu" / "cpu<n>", "rank<r>" (the
+                     worker's process), "host"
+  value     float64  the reading (counters as read: cumulative)
+  counter   bool     true for cumulative counters (bytes, jiffies, ns): use differences
 """
 
 from __future__ import annotations
@@ -106,6 +121,7 @@ EVENTS_SCHEMA = pa.schema(
         ("seq", pa.int64()),
         ("dtype", pa.string()),
         ("pg_ranks", pa.string()),
+        ("out_msg_bytes", pa.int64()),
     ]
 )
 
@@ -124,6 +140,18 @@ SUMMARY_SCHEMA = pa.schema(
         ("resource_mu", pa.float64()),
         ("resource_sigma", pa.float64()),
         ("beta_per_step", pa.list_(pa.float32())),
+    ]
+)
+
+
+HARDWARE_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("metric", pa.string()),
+        ("device", pa.string()),
+        ("value", pa.float64()),
+        ("counter", pa.bool_()),
     ]
 )
 

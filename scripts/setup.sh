@@ -4,7 +4,8 @@
 # - A virtual environment with perfdiag (editable), torch and the dev tools. It lives outside
 #   the repository, keyed by the hash of pyproject.toml, so fresh clones on the same machine
 #   reuse it (torch and its libraries are ~6 GB); `.venv` in the repository links to it.
-# - Debian's chromium (headless checks of report.html), when apt-get is available.
+# - Debian's chromium (headless checks of report.html) and lua5.4 (Argo CD health check
+#   tests), when apt-get is available.
 #
 # Variables: PERFDIAG_VENV (use this venv path), PERFDIAG_PYTHON (interpreter, ≥ 3.10),
 #            PERFDIAG_SKIP_APT=1 (do not install Debian packages).
@@ -57,6 +58,16 @@ if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1; t
       || log "warning: could not install chromium; report rendering tests will fail"
   else
     log "warning: chromium missing and apt-get unavailable (need root); report rendering tests will fail"
+  fi
+fi
+# Debian's Lua 5.4: tests/gitops runs the Argo CD health check (docs/gitops/*.lua) with it.
+if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v lua5.4 >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "installing Debian lua5.4 (Argo CD health check tests)"
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.4 >&2 \
+      || log "warning: could not install lua5.4; the Argo CD health check tests will fail"
+  else
+    log "warning: lua5.4 missing and apt-get unavailable (need root); Argo CD health check tests will fail"
   fi
 fi
 log "ready: $venv"

@@ -9,6 +9,19 @@ from pydantic import BaseModel, ConfigDict, Field
 WorkerPhase = Literal["dormant", "armed", "capturing", "processing", "done", "failed"]
 
 
+class BlockedIn(BaseModel):
+    """Where the training thread was when its step was late (the hook's heartbeat)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    file: str
+    line: int
+    function: str
+    collective: str | None = Field(
+        default=None, description="The public torch.distributed call it was inside, if any."
+    )
+
+
 class WorkerStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -22,3 +35,7 @@ class WorkerStatus(BaseModel):
     updated_unix: float
     files: list[str] = Field(default_factory=list, description="Keys written for this window.")
     error: str | None = None
+    blocked_in: BlockedIn | None = Field(
+        default=None,
+        description="Set while the step is late (≥ 2 s): the training thread's innermost frame.",
+    )

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfdiag.cli import CliError
 from perfdiag.local.progress import Progress
 from perfdiag.local.verdict_text import render_verdict
 from perfdiag.storage import Storage, StorageError, open_storage
+
+if TYPE_CHECKING:
+    from perfdiag.analyzer.thresholds import Thresholds
 
 EXIT_NO_CAPTURE = 5
 
@@ -39,6 +42,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="the job had ranks 0..N-1: name the ones missing from the capture",
     )
+    parser.add_argument(
+        "--thresholds",
+        default=None,
+        metavar="JSON",
+        help="analysis thresholds as a JSON object (the fields of a PerfDiagnosis' "
+        "spec.analysis, camelCase or snake_case); unset fields keep their defaults",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.set_defaults(handler=main)
 
@@ -50,9 +60,12 @@ def main(args: argparse.Namespace) -> int:
     source = _open_source(args.source)
     out = _open(args.out) if args.out else None
     expected = list(range(args.expected_ranks)) if args.expected_ranks else None
+    thresholds = _thresholds(args.thresholds) if args.thresholds else None
     progress = Progress(quiet=args.quiet)
     try:
-        verdict = analyze(source, out, progress=progress, expected_ranks=expected)
+        verdict = analyze(
+            source, out, progress=progress, expected_ranks=expected, thresholds=thresholds
+        )
     except NoCaptureError as exc:
         raise CliError(f"{args.source} holds no capture: {exc}", EXIT_NO_CAPTURE) from exc
     except AnalyzerError as exc:
@@ -66,6 +79,21 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render_verdict(verdict, location=location))
     return 0
+
+
+def _thresholds(text: str) -> Thresholds:
+    from pydantic import ValidationError
+
+    from perfdiag.analyzer.thresholds import Thresholds
+
+    try:
+        return Thresholds.model_validate_json(text)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'thresholds'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise CliError(f"--thresholds: {problems}", 2) from None
 
 
 def _open_source(text: str) -> Storage:

@@ -10,6 +10,7 @@ from typing import Any
 
 from perfdiag.api import Verdict
 from perfdiag.cli import CliError
+from perfdiag.local.hang import EXIT_HANG
 from perfdiag.local.output import default_out, prepare_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.target_check import check_target
@@ -22,6 +23,7 @@ from perfdiag.local.torchrun import (
 )
 from perfdiag.local.verdict_text import render_verdict
 from perfdiag.local.window import WindowSettings
+from perfdiag.stall import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_STEP_FACTOR, StallPolicy
 
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_CAPTURE_STEPS = 10
@@ -35,7 +37,7 @@ examples:
 
 exit codes: 0 verdict produced (whatever its status), 1 error (bad input, output not
 writable…), 2 usage, 3 the training failed, 4 the capture window did not complete,
-130 interrupted. See docs/cli.md."""
+7 the training hung (hang verdict printed, training stopped), 130 interrupted. See docs/cli.md."""
 
 
 def add_capture_options(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +95,16 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="keep the hook's raw spool (Kineto traces) in DIR instead of a temporary folder",
     )
+    group.add_argument(
+        "--hang-after",
+        type=float,
+        default=DEFAULT_MIN_S,
+        metavar="SECONDS",
+        help="a rank whose step has not advanced for max(SECONDS, "
+        f"{DEFAULT_STEP_FACTOR:.0f} median steps), at most {DEFAULT_MAX_S:.0f} s, is stuck: "
+        "perfdiag dumps every rank's stacks, prints a `hang` verdict, stops the training and "
+        f"exits {EXIT_HANG} (default {DEFAULT_MIN_S:.0f}; 0 turns hang detection off)",
+    )
     group.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -143,6 +155,8 @@ def window_settings(args: argparse.Namespace, *, local_ranks: int) -> WindowSett
     _require_torch()
     if args.timeout <= 0:
         raise CliError("--timeout must be positive", 2)
+    if args.hang_after < 0:
+        raise CliError("--hang-after must be 0 (off) or positive", 2)
     return WindowSettings(
         local_ranks=local_ranks,
         warmup_steps=args.warmup_steps,
@@ -150,6 +164,7 @@ def window_settings(args: argparse.Namespace, *, local_ranks: int) -> WindowSett
         python_stacks=args.python_stacks,
         keep_raw=args.keep_raw,
         timeout_s=args.timeout,
+        stall=StallPolicy(min_s=args.hang_after) if args.hang_after > 0 else None,
     )
 
 

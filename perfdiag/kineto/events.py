@@ -105,13 +105,13 @@ def build_events(
     if extra is not None and extra.num_rows:
         events = pa.concat_tables([events, extra.cast(RAW_SCHEMA)])
     # Bookkeeping events carry a label as pid ("Spans", "Traces"): not activity of the worker.
-    events = events.filter(pc.and_(pc.is_valid(events["pid"]), pc.is_valid(events["tid"])))
-    events = events.append_column("seq", _collective_sequence(events))
+    valid = pc.and_(pc.is_valid(events["pid"]), pc.is_valid(events["tid"]))
+    events = events.append_column("seq", _collective_sequence(events, valid))
     w0, w1 = bounds[0][0], bounds[-1][1]
     ts = events["ts_ns"]
     end = pc.add(ts, events["dur_ns"])
     inside = pc.and_(pc.less(ts, w1), pc.or_(pc.greater(end, w0), pc.greater_equal(ts, w0)))
-    events = events.filter(inside)
+    events = events.filter(pc.and_(valid, inside))  # one filter: one copy of the names
 
     cat = taxonomy.distinct(events["cat"])
     name = taxonomy.distinct(events["name"])
@@ -143,6 +143,7 @@ def build_events(
             "seq": events["seq"],
             "dtype": pc.if_else(is_comm, events["dtype"], pa.scalar(None, pa.string())),
             "pg_ranks": pc.if_else(is_comm, events["pg_ranks"], pa.scalar(None, pa.string())),
+            "out_msg_bytes": pc.if_else(is_comm, _message_bytes(events, "out_nelems"), null_int),
         },
         schema=EVENTS_SCHEMA,
     )
@@ -175,22 +176,25 @@ def step_of(
     return np.where(inside, idx, -1).astype(np.int32)
 
 
-def _message_bytes(events: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """In-message elements × element size (record_param_comms / NCCL kernel args), else the
-    size of a gloo annotation's input."""
+def _message_bytes(events: pa.Table, elements: str = "in_nelems") -> pa.ChunkedArray | pa.Array:
+    """Message elements × element size (record_param_comms / NCCL kernel args; `elements` is
+    in_nelems or out_nelems), else for the input the size of a gloo annotation's input."""
     dtypes, idx = taxonomy.distinct(events["dtype"])
     sizes = np.array([dtype_bytes(d) or 0 for d in dtypes.to_pylist()], dtype=np.int64)
     size = sizes[idx] if len(idx) else np.zeros(0, dtype=np.int64)
     size_arr = pa.array(size, mask=size == 0)
-    from_args = pc.multiply(events["in_nelems"], size_arr)
+    from_args = pc.multiply(events[elements], size_arr)
+    if elements != "in_nelems":
+        return from_args
     return pc.coalesce(from_args, events["input_bytes"])
 
 
-def _collective_sequence(events: pa.Table) -> pa.Array:
+def _collective_sequence(events: pa.Table, counted: pa.ChunkedArray | pa.Array) -> pa.Array:
     """Sequence number of each collective call within its process group on this worker:
     the order of record_param_comms ops, NCCL kernels and gloo annotations, counted separately
     per kind and group over the whole trace (so that windows starting at the same step agree
-    across ranks)."""
+    across ranks) — or Kineto's `Seq` argument where the trace has it. Only the `counted` rows
+    are numbered."""
     names, name_idx = taxonomy.distinct(events["name"])
     n = events.num_rows
     if n == 0:
@@ -202,7 +206,11 @@ def _collective_sequence(events: pa.Table) -> pa.Array:
     kind_code = np.array(
         [{"record_param_comms": 1, "gloo:": 3}.get(k or "", 2 if k else 0) for k in kind_names]
     )
-    kind = kind_code[name_idx]
+    kind = np.where(
+        np.asarray(pc.fill_null(counted, False).to_numpy(zero_copy_only=False)),
+        kind_code[name_idx],
+        0,
+    )
     calls = np.flatnonzero(kind > 0)
     seq = np.full(n, -1, dtype=np.int64)
     if len(calls):
@@ -214,4 +222,6 @@ def _collective_sequence(events: pa.Table) -> pa.Array:
         first = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
         start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
         seq[calls[order]] = np.arange(len(order)) - start
-    return pa.array(seq, mask=seq < 0)
+    # Where Kineto wrote the process group's own sequence number, it is the one to match on.
+    given = pc.if_else(pc.fill_null(counted, False), events["seq_arg"], pa.scalar(None, pa.int64()))
+    return pc.coalesce(given, pa.array(seq, mask=seq < 0))

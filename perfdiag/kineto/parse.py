@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto.fast_reader import prepare, read_prepared
+from perfdiag.kineto.fast_reader import PIECE, read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.kineto.json_shape import GZIP_MAGIC, TraceError
 
@@ -34,7 +34,10 @@ _COMM_ARGS: list[tuple[str, str, pa.DataType]] = [
     ("dtype", "dtype", pa.string()),
     ("Process Group Name", "pg_name", pa.string()),
     ("Process Group Ranks", "pg_ranks", pa.string()),
+    ("Seq", "seq_arg", pa.int64()),  # the process group's own sequence number (recent torch)
 ]
+# Older torch names the group by a number only.
+_PG_ID = "Process Group ID"
 COMM_CALL = r"^(record_param_comms$|ncclDevKernel|ncclKernel|gloo:|nccl:)"
 
 RAW_SCHEMA = pa.schema(
@@ -69,31 +72,30 @@ class RawTrace:
         return _base_ns(self.header)
 
 
-def load_trace(path: Path, *, fast: bool = True) -> RawTrace:
+def load_trace(path: Path, *, fast: bool = True, piece: int = PIECE) -> RawTrace:
     """Read a Kineto trace (.json or .json.gz); raise TraceError naming the problem.
-    `fast=False` forces the general reader (tests compare the two)."""
-    try:
-        blob = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    data = _decompress(path, blob)
-    del blob
-    prepared = prepare(data) if fast else None
-    result = None
-    if prepared is not None:
-        del data  # the rewritten copy is all the parse needs: keep the peak memory down
-        result = read_prepared(prepared)
-        del prepared
-        if result is None:  # rare: the general reader needs the text again
-            data = _decompress(path, path.read_bytes())
+    `fast=False` forces the general reader (tests compare the two); `piece` is the text the
+    fast reader parses at once."""
+    result = read_stream(path, COMM_CALL, piece=piece) if fast else None
+    decode: Callable[[int], Any]
     if result is not None:
-        header, table, decode = result
-    else:
+        header, table, decode = result.header, result.table, result.decoded.get
+    else:  # the general reader needs the whole text (odd formatting, or an error to word)
+        try:
+            blob = path.read_bytes()
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        data = _decompress(path, blob)
+        del blob
         header, table, items = read_general(path, data)
-        decode = items.__getitem__
+        decode = _item_of(items)
         del data
     events = _add_comm_args(_finish(path, header, table), decode)
     return RawTrace(path, header, events, fast=result is not None)
+
+
+def _item_of(items: list[Any]) -> Callable[[int], Any]:
+    return items.__getitem__
 
 
 def _decompress(path: Path, blob: bytes) -> bytes:
@@ -115,10 +117,12 @@ def _base_ns(header: dict[str, Any]) -> int:
 
 
 def _finish(path: Path, header: dict[str, Any], table: pa.Table) -> pa.Table:
-    """The JSON-shaped table (one row per traceEvents entry) → RAW_SCHEMA rows of 'X' events,
-    collective arguments still empty."""
-    table = table.append_column("index", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    table = table.filter(pc.equal(table["ph"], "X"))
+    """The JSON-shaped table (one row per traceEvents entry, or the fast reader's complete
+    events with their 'index') → RAW_SCHEMA rows of 'X' events, collective arguments still
+    empty."""
+    if "index" not in table.column_names:  # the general reader's: every traceEvents entry
+        table = table.append_column("index", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        table = table.filter(pc.equal(table["ph"], "X"))
     _check_required(path, table)
     try:
         ts_ns = pc.cast(pc.multiply(table["ts"], pa.scalar(1000, pa.decimal128(4, 0))), pa.int64())
@@ -216,6 +220,8 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
             continue
         for key, column, typ in _COMM_ARGS:
             raw = args.get(key)
+            if raw is None and column == "pg_name":
+                raw = args.get(_PG_ID)
             values[column][row] = text_arg(raw) if pa.types.is_string(typ) else integer_arg(raw)
         values["input_bytes"][row] = _first_input_bytes(args)
     for _, column, typ in [*_COMM_ARGS, ("", "input_bytes", pa.int64())]:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfdiag.api import Plan
 from perfdiag.api.plan import start_step_ahead
@@ -14,6 +15,10 @@ from perfdiag.api.worker import WorkerStatus
 from perfdiag.collector import spool
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
 from perfdiag.local.progress import Progress
+from perfdiag.stall import StallPolicy
+
+if TYPE_CHECKING:
+    from perfdiag.collector.hardware import HardwareSampler, Series
 from perfdiag.storage import Storage, layout
 
 POLL_S = 0.2
@@ -102,6 +107,10 @@ class WindowSettings:
     keep_raw: bool
     timeout_s: float
     write_plan_to_storage: bool = True
+    stall: StallPolicy | None = field(default_factory=StallPolicy)
+    """When a rank counts as stuck (perfdiag.stall); None: hang detection off."""
+    sample_hardware: bool = True
+    """Sample GPU (NVML) and host (/proc) metrics while the window is open."""
 
 
 class WindowCoordinator:
@@ -124,6 +133,7 @@ class WindowCoordinator:
         self.progress = progress
         self.check = check
         self.state = WindowState()
+        self.sampler: HardwareSampler | None = None
 
     # -- phase 1: warm-up -------------------------------------------------------------------
 
@@ -179,6 +189,7 @@ class WindowCoordinator:
             beats = self._beats() or beats
             rate = self.state.steps_per_second()
         start = start_step_ahead(max(b.step for b in beats.values()), rate, PLAN_LEAD_S)
+        self._start_sampler()
         plan = self._write_plan(start)
         self.progress(
             f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
@@ -186,6 +197,40 @@ class WindowCoordinator:
             f"from step {start}…"
         )
         return plan
+
+    def _start_sampler(self) -> None:
+        """Hardware samples from now until every rank's window is processed."""
+        if not self.settings.sample_hardware or self.sampler is not None:
+            return
+        from perfdiag.collector.hardware import HardwareSampler
+
+        pids = {}
+        for rank in self.state.ranks:
+            beat = spool.read_json(spool.rank_dir(self.spool_dir, rank) / spool.HEARTBEAT)
+            pid = beat.get("pid") if isinstance(beat, dict) else None
+            if isinstance(pid, int):
+                pids[rank] = pid
+        self.sampler = HardwareSampler(pids=pids)
+        for note in self.sampler.notes:
+            self.progress(f"hardware sampler: {note}")
+        self.sampler.start()
+
+    def stop_sampler(self) -> None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            known = len(sampler.notes)
+            sampler.stop()
+            for note in sampler.notes[known:]:
+                self.progress(f"hardware sampler: {note}")
+
+    def _hardware_of(self, rank: int) -> list[Series] | None:
+        if self.sampler is None:
+            return None
+        from perfdiag.collector.hardware import gpu_index, worker_series
+
+        beat = read_beats(self.spool_dir).get(rank)
+        gpu = gpu_index(beat.local_rank if beat else None)
+        return worker_series(self.sampler.samples(), rank, gpu)
 
     def _write_plan(self, start_step: int) -> Plan:
         plan = Plan.new(
@@ -208,6 +253,12 @@ class WindowCoordinator:
         be processed (`process_completed`) and analyzed by the caller."""
         assert self.state.plan is not None and self.state.plan_written_at is not None
         deadline = self.state.plan_written_at + self.settings.timeout_s
+        try:
+            return self._collect(deadline)
+        finally:
+            self.stop_sampler()
+
+    def _collect(self, deadline: float) -> WindowState:
         while True:
             self.process_completed()
             if not self.state.missing:
@@ -253,7 +304,12 @@ class WindowCoordinator:
             self.progress(f"processing rank {rank}…")
             try:
                 status = process_window(
-                    self.spool_dir, rank, plan.id, self.storage, keep_raw=self.settings.keep_raw
+                    self.spool_dir,
+                    rank,
+                    plan.id,
+                    self.storage,
+                    keep_raw=self.settings.keep_raw,
+                    hardware=self._hardware_of(rank),
                 )
             except Exception as exc:  # one bad window must not lose the others
                 status = self._failed_status(rank, f"processing the window failed: {exc}")

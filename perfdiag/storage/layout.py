@@ -6,6 +6,7 @@ PLAN = "plan.json"
 VERDICT = "verdict.json"
 REPORT = "report.html"
 TIMELINE = "timeline.json.gz"
+BREAKDOWN = "breakdown.json"
 WORKERS = "workers"
 
 STATUS = "status.json"
@@ -13,6 +14,7 @@ SUMMARY = "summary.parquet"
 EVENTS = "events.parquet"
 HARDWARE = "hardware.parquet"
 STACKS = "stacks.json"
+FLIGHT_RECORDER = "flight_recorder.pkl"  # torch's Flight Recorder pickle, next to stacks.json
 
 
 def worker_key(rank: int, name: str) -> str:

@@ -75,10 +75,13 @@ class LocalStorage(Storage):
             return []
         if base.is_file():
             return [prefix]
-        keys = []
-        for path in base.rglob("*"):
-            if path.is_file() and not path.name.startswith("."):
-                keys.append(path.relative_to(self.root).as_posix())
+        # os.walk reads directory entries without a stat per file (rglob + is_file did one each:
+        # a minute for a 100,000-worker capture on a busy machine).
+        keys: list[str] = []
+        for folder, _dirs, files in os.walk(base):
+            relative = os.path.relpath(folder, self.root).replace(os.sep, "/")
+            head = "" if relative == "." else relative + "/"
+            keys.extend(head + name for name in files if not name.startswith("."))
         return sorted(keys)
 
     def delete(self, key: str) -> None:

@@ -122,3 +122,37 @@ def make_control_plane_certs(
         service_account_key=sa_key,
         service_account_public_key=sa_pub,
     )
+
+
+def make_serving_cert(
+    ca_cert: Path,
+    ca_key: Path,
+    directory: Path,
+    name: str,
+    *,
+    ips: tuple[str, ...] = ("127.0.0.1",),
+    dns_names: tuple[str, ...] = ("localhost",),
+) -> tuple[Path, Path]:
+    """A TLS serving certificate (and key) for another loopback server, e.g. an admission
+    webhook the apiserver calls, signed by the control plane's CA. Returns (cert, key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    sans = ",".join([*(f"IP:{ip}" for ip in ips), *(f"DNS:{dns}" for dns in dns_names)])
+    config = directory / f"{name}.cnf"
+    config.write_text(_CONFIG.format(server_sans=sans))
+    key, csr, cert = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
+    _openssl("req", "-new", *_EC_KEY, config=config, keyout=key, out=csr, subj=f"/CN={name}")
+    _openssl(
+        "x509",
+        "-req",
+        CA=ca_cert,
+        CAkey=ca_key,
+        set_serial=f"0x{secrets.token_hex(12)}",
+        days=str(VALID_DAYS),
+        extfile=config,
+        extensions="server",
+        out=cert,
+        **{"in": csr},
+    )
+    csr.unlink()
+    key.chmod(0o600)
+    return cert, key

@@ -154,3 +154,22 @@ def test_healthy_report_says_so() -> None:
     html = _report_of(SyntheticJob(n_ranks=4, seed=5))
     assert 'class="badge healthy"' in html
     assert "No finding above the reporting threshold" in html
+
+
+def test_collective_view_renders_for_gpu_traces(tmp_path: Path) -> None:
+    """Kineto traces with NCCL collectives: the wait/transfer chart is drawn and painted, the
+    straggler's bar says it arrives last, its peers' bars carry the waiting."""
+    from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+
+    traces = tmp_path / "traces"
+    TraceJob(n_ranks=4, faults=[TraceFault("compute_straggler", (1,), factor=2.0)]).write(traces)
+    analyze(str(traces))
+    probe = _probe(traces / layout.REPORT, tmp_path)
+    segments = probe["segments"]
+    assert isinstance(segments, list)
+    waits = [s for s in segments if "waiting for the last rank" in s["title"]]
+    transfers = [s for s in segments if " · transfer:" in s["title"]]
+    assert len(transfers) == 4 and all(s["painted"] and s["h"] > 0 for s in transfers)
+    assert {s["title"].split(" ")[1] for s in waits} >= {"0", "2", "3"}
+    culprit = [s for s in transfers if s["title"].startswith("rank 1 ")]
+    assert culprit and "arrived last in 100%" in culprit[0]["title"]

@@ -93,6 +93,7 @@ def events_table(rows: list[dict[str, Any]]) -> pa.Table:
             "seq": None,
             "dtype": None,
             "pg_ranks": None,
+            "out_msg_bytes": None,
             **row,
         }
         full.setdefault("ts_ns", full.pop("ts", None))

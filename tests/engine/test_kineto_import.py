@@ -70,6 +70,14 @@ def test_fast_and_general_readers_agree_on_real_traces(hta_files: list[Path]) ->
         assert raw.header == general.header
 
 
+def test_small_pieces_give_the_same_events_on_real_traces(hta_files: list[Path]) -> None:
+    for path in hta_files:
+        whole = load_trace(path)
+        pieces = load_trace(path, piece=1 << 16)
+        assert pieces.fast and pieces.events.equals(whole.events), path
+        assert pieces.header == whole.header
+
+
 def test_nanosecond_timestamps_are_kept(hta_files: list[Path]) -> None:
     path = next(p for p in hta_files if "ns_resolution" in str(p))
     events, _ = read_kineto(path)
@@ -106,6 +114,11 @@ def test_nccl_collectives_carry_their_parameters(hta_files: list[Path]) -> None:
         assert mine["seq"].to_pylist() == list(range(mine.num_rows))  # issue order per group
     sizes = record.filter(pc.equal(record["collective"], "allreduce"))["msg_bytes"].to_pylist()
     assert 8196000 in sizes  # In msg nelems 2049000 × 4 bytes (Float)
+    allreduce = record.filter(pc.equal(record["collective"], "allreduce"))
+    # An all-reduce's output is as large as its input.
+    assert allreduce["out_msg_bytes"].to_pylist() == allreduce["msg_bytes"].to_pylist()
+    other = events.filter(pc.not_equal(events["category"], "communication"))
+    assert other["out_msg_bytes"].null_count == other.num_rows
     annotations = events.filter(pc.equal(events["name"], "nccl:all_reduce"))
     host_side = annotations.filter(pc.is_null(annotations["device"]))
     assert host_side.num_rows and set(host_side["category"].to_pylist()) == {"communication"}
@@ -201,3 +214,39 @@ def test_label_pids_far_from_the_end_keep_the_fast_reader(tmp_path: Path) -> Non
     assert raw.events.equals(load_trace(path, fast=False).events)
     assert raw.events.num_rows == 3001
     assert raw.events["pid"].null_count == 1
+
+
+def test_an_old_trace_names_its_process_group_by_id(hta_files: list[Path]) -> None:
+    path = next(p for p in hta_files if "ns_resolution" in str(p))
+    events, _ = read_kineto(path)
+    record = events.filter(pc.equal(events["name"], "record_param_comms"))
+    assert record.num_rows > 0
+    # "Process Group ID": 0 and no "Process Group Name" in this torch's args.
+    assert set(record["pg_name"].to_pylist()) == {"0"}
+    assert set(record["collective"].to_pylist()) >= {"allreduce"}
+
+
+def test_the_process_groups_own_sequence_number_wins(tmp_path: Path) -> None:
+    import json as json_module
+
+    def call(ts: int, seq: int | None) -> dict[str, object]:
+        args: dict[str, object] = {"Collective name": "allreduce", "Process Group Name": "0"}
+        if seq is not None:
+            args["Seq"] = seq
+        return {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 1,
+            "args": args,
+        }
+
+    events = [call(10, 41), call(20, 42), call(30, None)]
+    path = tmp_path / "rank-0.json"
+    path.write_text(json_module.dumps({"traceEvents": events}))
+    table, _ = read_kineto(path)
+    # Seq where Kineto wrote it; the issue order where it did not.
+    assert table.sort_by("ts_ns")["seq"].to_pylist() == [41, 42, 2]

@@ -40,6 +40,13 @@ EXPECTED = {
     "string_ts.json": "traceEvents[0] field 'ts' is a JSON string, expected a number",
     "huge_ts.json": "traceEvents[0] field 'ts' is out of range",
     "no_rank.json": "cannot tell the rank",
+    "missing_tid.json": "traceEvents[0] ('aten::mm') has no 'tid'",
+    "string_dur.json": "traceEvents[0] field 'dur' is a JSON string, expected a number",
+    "name_not_string.json": "traceEvents[0] field 'name' is a JSON number, expected a string",
+    "trace_events_null.json": "no 'traceEvents' field",
+    # Larger than one piece of the fast reader (the damage is in a later piece).
+    "negative_dur_late.json.gz": "traceEvents[20000] ('aten::mm') has a negative duration (-2.5 µs)",
+    "truncated_late.json.gz": "truncated gzip data",
 }
 
 
@@ -295,3 +302,28 @@ def test_fast_reader_agrees_with_the_general_reader(
     assert raw.events.equals(general), (raw.fast, raw.events.to_pylist(), general.to_pylist())
     if not any("}" in event["name"] for event in events):
         assert raw.fast, "the fast reader refused a plain Kineto-shaped file"
+
+
+@SETTINGS
+@given(
+    events=_random_valid_events(),
+    indent=st.sampled_from([None, 2]),
+    piece=st.integers(min_value=1, max_value=600),
+    gzipped=st.booleans(),
+)
+def test_the_fast_reader_gives_the_same_table_in_any_piece_size(
+    events: list[dict[str, Any]], indent: int | None, piece: int, gzipped: bool
+) -> None:
+    # Pieces of a few bytes put every boundary (inside strings, numbers, separators, the array's
+    # brackets) at a piece boundary somewhere.
+    document = {"schemaVersion": 1, "traceEvents": events, "traceName": "x"}
+    text = json.dumps(document, indent=indent, default=_encode, ensure_ascii=False).encode()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("t.json.gz" if gzipped else "t.json")
+        path.write_bytes(gzip.compress(text) if gzipped else text)
+        whole = load_trace(path, piece=1 << 22)
+        pieces = load_trace(path, piece=piece)
+        general = load_trace(path, fast=False).events
+    assert pieces.events.equals(general), (pieces.fast, piece)
+    assert pieces.fast == whole.fast
+    assert pieces.header == whole.header

@@ -7,6 +7,7 @@ Tests get everything through the `cluster` fixture (conftest modules are not imp
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -189,3 +190,47 @@ def operator_env(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in kube_cluster.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PERFDIAG_RECHECK_SECONDS", str(RECHECK_SECONDS))
+    # Where captures would go (nothing is written before a capture is armed).
+    monkeypatch.setenv("PERFDIAG_STORAGE", "s3://perfdiag-test/perfdiag")
+    for key in [k for k in os.environ if k.startswith("PERFDIAG_WEBHOOK_")]:
+        monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def webhook_tls(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A serving certificate for 127.0.0.1 signed by the test cluster's CA (the apiserver
+    verifies the webhook with that CA, the caBundle kopf writes)."""
+    from perfdiag.testing.certs import make_serving_cert
+
+    return make_serving_cert(
+        kube_cluster.certs.ca_cert,
+        kube_cluster.certs.ca_key,
+        tmp_path_factory.mktemp("webhook-tls"),
+        "perfdiag-webhook",
+    )
+
+
+TEST_IMAGE = "perfdiag:test"
+
+
+@pytest.fixture
+def webhook_env(
+    operator_env: None,
+    kube_cluster: Any,
+    webhook_tls: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    """The operator serves the pod webhook on https://127.0.0.1:<free port> with the test CA,
+    and injects agents writing to s3://<bucket>/perfdiag. Returns the storage root."""
+    from perfdiag.testing.processes import free_port
+
+    cert, key = webhook_tls
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", str(free_port()))
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_ADDR", "127.0.0.1")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_CERT", str(cert))
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_KEY", str(key))
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_CA", str(kube_cluster.certs.ca_cert))
+    monkeypatch.setenv("PERFDIAG_IMAGE", TEST_IMAGE)
+    storage = "s3://perfdiag-test/perfdiag"
+    monkeypatch.setenv("PERFDIAG_STORAGE", storage)
+    return storage

@@ -29,10 +29,14 @@ def test_explain_shows_the_descriptions(cluster: Any) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_accepted(cluster: Any, kube_namespace: str, path: Path) -> None:
+    """Every example is accepted by the API server (a PyTorchJob example by the real Kubeflow
+    CRD); a PerfDiagnosis gets the schema's defaults."""
     out = cluster.kubectl("apply", "-n", kube_namespace, "-f", str(path)).stdout
     assert "created" in out
-    name = yaml.safe_load(path.read_text())["metadata"]["name"]
-    stored = cluster.get(kube_namespace, name)
+    manifest = yaml.safe_load(path.read_text())
+    if manifest["kind"] != "PerfDiagnosis":
+        return
+    stored = cluster.get(kube_namespace, manifest["metadata"]["name"])
     assert stored is not None
     assert stored["spec"]["capture"]["steps"] >= 1  # defaults applied by the server
 

@@ -49,9 +49,14 @@ def test_missing_target_stalls_then_recovers(cluster: Any, kube_namespace: str) 
         assert resolved["message"] == "PyTorchJob bert: 2 pods found"
         obj = cluster.get(ns, "d")
         assert obj["status"]["target"]["pods"] == 2
-        assert cluster.condition(ns, "d", "Reconciling")["status"] == "True"
+        # Found, but these pods were created without perfdiag: refused, saying how to opt in.
+        stalled = cluster.wait_condition(ns, "d", "Stalled", "True", "NotInjected")
+        assert 'perfdiag.io/inject: "true"' in stalled["message"]
+        assert "bert-master-0, bert-worker-0" in stalled["message"]
+        assert cluster.condition(ns, "d", "Reconciling")["status"] == "False"
         assert cluster.condition(ns, "d", "Ready")["status"] == "False"
-        assert cluster.condition(ns, "d", "Stalled")["status"] == "False"
+        obj = cluster.get(ns, "d")
+        assert obj["status"]["phase"] == "Pending"
         _assert_own_bookkeeping(obj)
         assert not obj["metadata"].get("finalizers")  # nothing to clean up yet
         cluster.wait_events(
@@ -118,7 +123,7 @@ def test_trainjob_and_pod_targets(cluster: Any, kube_namespace: str) -> None:
         cluster.wait_condition(ns, "none", "Stalled", "True", "TargetNotFound")
         # Pods appearing later are found by the recheck loop.
         cluster.create_pods(ns, {"app": "nothing"}, "late-0")
-        cluster.wait_condition(ns, "none", "Stalled", "False")
+        cluster.wait_condition(ns, "none", "TargetResolved", "True", "TargetFound")
 
 
 def test_restart_resumes_without_repeating_work(cluster: Any, kube_namespace: str) -> None:
@@ -237,7 +242,8 @@ def test_finalizer_only_while_capturing_and_deletion_cleans_the_plan(
         # Only this diagnosis' plan was removed.
         assert _plans(cluster, ns) == {"bert-0": None, "bert-1": plan.replace("plan-1", "other")}
 
-        # Capturing → Analyzing: nothing left to clean, the finalizer goes.
+        # Capturing → Failed: nothing left to clean, the finalizer goes (Analyzing keeps it:
+        # the analyzer Job runs then).
         cluster.apply(ns, cluster.diagnosis("cap2", {"kind": "PyTorchJob", "name": "bert"}))
         cluster.wait_condition(ns, "cap2", "TargetResolved", "True")
         _start_capture(cluster, ns, "cap2", "plan-2")
@@ -251,7 +257,7 @@ def test_finalizer_only_while_capturing_and_deletion_cleans_the_plan(
             "--subresource=status",
             "--type=merge",
             "-p",
-            '{"status": {"phase": "Analyzing"}}',
+            '{"status": {"phase": "Failed"}}',
         )
         cluster.wait_for(
             lambda: not cluster.get(ns, "cap2")["metadata"].get("finalizers"), "no finalizer"

@@ -31,3 +31,25 @@ def test_operator_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("PERFDIAG_RECHECK_SECONDS", bad)
         with pytest.raises(ValueError, match="PERFDIAG_RECHECK_SECONDS"):
             OperatorConfig.from_env()
+
+
+def test_storage_image_and_webhook_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("PERFDIAG_STORAGE", "PERFDIAG_IMAGE", "PERFDIAG_WEBHOOK_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    config = OperatorConfig.from_env()
+    assert config.storage is None and config.webhook is None
+    assert config.image.startswith("ghcr.io/perfdiag/perfdiag:")
+    monkeypatch.setenv("PERFDIAG_STORAGE", "s3://b/p/")
+    monkeypatch.setenv("PERFDIAG_IMAGE", "img:1")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "9443")
+    with pytest.raises(ValueError, match="PERFDIAG_WEBHOOK_CERT"):
+        OperatorConfig.from_env()
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_CERT", "/tls/tls.crt")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_KEY", "/tls/tls.key")
+    config = OperatorConfig.from_env()
+    assert (config.storage, config.image) == ("s3://b/p", "img:1")
+    assert config.webhook is not None
+    assert (config.webhook.port, str(config.webhook.cert_file)) == (9443, "/tls/tls.crt")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "https")
+    with pytest.raises(ValueError, match="not a port number"):
+        OperatorConfig.from_env()

@@ -142,7 +142,7 @@ def test_recheck_cleanup_and_ttl() -> None:
     assert not ttl_expired(ttl_spec, pending, T0 + timedelta(days=9))
     assert not needs_cleanup(None) and not needs_cleanup(pending)
     assert needs_cleanup(pending.model_copy(update={"phase": "Capturing"}))
-    assert not needs_cleanup(pending.model_copy(update={"phase": "Analyzing"}))
+    assert needs_cleanup(pending.model_copy(update={"phase": "Analyzing"}))  # the Job runs
 
 
 def _apply(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,119 @@
+"""The analyzer Job (batch/v1) of one diagnosis, and what its status says (pure).
+
+It runs `perfdiag analyze <prefix> --expected-ranks N` in the perfdiag image with the storage
+credentials of the namespace's storage Secret; it is owned by the PerfDiagnosis (garbage
+collected with it; the operator also deletes it when the diagnosis is deleted mid-run), has
+resource requests and limits, a deadline (activeDeadlineSeconds) and a TTL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from perfdiag.api.diagnosis import API_VERSION, KIND
+
+ANALYZER_CONTAINER = "analyzer"
+DIAGNOSIS_LABEL = "perfdiag.io/diagnosis"
+MAX_NAME = 63
+
+
+def job_name(name: str, uid: str) -> str:
+    """Unique per PerfDiagnosis object (a re-created one of the same name gets a new Job), and a
+    valid label value (Job names become pod labels)."""
+    suffix = f"-{uid[:8]}-analyze"
+    return f"{name[: MAX_NAME - len(suffix)].rstrip('-.')}{suffix}"
+
+
+def analyzer_job(
+    diagnosis: Mapping[str, Any],
+    *,
+    prefix: str,
+    expected_ranks: int | None,
+    image: str,
+    storage_secret: str,
+    deadline_seconds: int,
+    ttl_seconds: int,
+    thresholds: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`thresholds`: the diagnosis' spec.analysis (set fields only), passed as --thresholds."""
+    meta = diagnosis["metadata"]
+    labels = {
+        "app.kubernetes.io/name": "perfdiag",
+        "app.kubernetes.io/component": "analyzer",
+        DIAGNOSIS_LABEL: meta["name"],
+    }
+    args = ["analyze", prefix, "--quiet"]
+    if expected_ranks:
+        args += ["--expected-ranks", str(expected_ranks)]
+    if thresholds:
+        args += ["--thresholds", json.dumps(dict(thresholds), sort_keys=True)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(meta["name"], meta["uid"]),
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": deadline_seconds,
+            "ttlSecondsAfterFinished": ttl_seconds,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": ANALYZER_CONTAINER,
+                            "image": image,
+                            "args": args,
+                            "envFrom": [{"secretRef": {"name": storage_secret, "optional": True}}],
+                            "resources": {
+                                "requests": {"cpu": "500m", "memory": "512Mi"},
+                                "limits": {"memory": "4Gi"},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+JobOutcome = Literal["running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class JobState:
+    outcome: JobOutcome
+    reason: str = ""
+    message: str = ""
+
+
+def job_state(job: Mapping[str, Any]) -> JobState:
+    """Running, succeeded or failed (with the Job controller's reason and message)."""
+    status = job.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            return JobState("succeeded")
+        if cond.get("type") == "Failed":
+            return JobState(
+                "failed", str(cond.get("reason") or "Failed"), str(cond.get("message") or "")
+            )
+    return JobState("running")

@@ -1,0 +1,54 @@
+"""The pod mutating webhook (kopf on.mutate, served by kopf.WebhookServer; see
+perfdiag.operator.settings.configure_webhook). The decisions are in perfdiag.operator.injection.
+
+Only pods labelled perfdiag.io/inject="true" are sent to it (the MutatingWebhookConfiguration's
+objectSelector, which kopf builds from `labels`), only on CREATE. failurePolicy is Ignore
+(`ignore_failures`): an operator that is down or broken never blocks a training pod, which then
+simply runs without perfdiag (a PerfDiagnosis on it says so). The configuration is persistent:
+kopf keeps it when the operator stops, so a restart does not open a window of un-injected pods
+beyond the restart itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from perfdiag.operator.injection import InjectionConfig, inject
+from perfdiag.operator.settings import INJECT_LABEL, OperatorConfig
+
+log = logging.getLogger("perfdiag.operator.webhook")
+
+
+def injection_config(config: OperatorConfig) -> InjectionConfig:
+    return InjectionConfig(
+        image=config.image, storage=config.storage, storage_secret=config.storage_secret
+    )
+
+
+@kopf.on.mutate(
+    "v1",
+    "pods",
+    id="inject.pods",
+    operations=["CREATE"],
+    labels={INJECT_LABEL: "true"},
+    ignore_failures=True,
+    persistent=True,
+    side_effects=False,
+)
+def inject_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, dryrun: bool, **_: Any) -> None:
+    config: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
+    if not config.storage:
+        log.warning("PERFDIAG_STORAGE is not set: pods are not injected (no storage for agents)")
+        return
+    changes = inject(dict(body), injection_config(config))
+    if changes is None:
+        return
+    for key, value in changes.items():
+        patch[key] = value
+    meta = body.get("metadata") or {}
+    name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
+    if not dryrun:
+        log.info("injected perfdiag into pod %s/%s", meta.get("namespace"), name)

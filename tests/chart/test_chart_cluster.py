@@ -1,0 +1,448 @@
+"""The chart against the real kube-apiserver of the test fixtures: kubeconform -strict with
+schemas made offline from that apiserver's OpenAPI v3 (and the PerfDiagnosis CRD), server-side
+apply of every variant, the RBAC of the chart's ServiceAccount (kubectl auth can-i --as), and
+the operator run with that ServiceAccount's token exactly as the chart's Deployment runs it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from perfdiag.operator.injection import InjectionConfig, inject
+from perfdiag.testing.kube import KubeCluster
+from perfdiag.testing.kube_schemas import (
+    fetch_openapi_v3,
+    schema_location,
+    write_builtin_schemas,
+    write_crd_schemas,
+)
+from tests.chart.chart_support import (
+    CERT_MANAGER_KINDS,
+    CHART,
+    EXAMPLES,
+    ROOT,
+    VARIANTS,
+    by_kind,
+    objects,
+    render,
+    tool,
+)
+
+pytestmark = pytest.mark.cluster
+
+# The real Kubeflow CRDs (../shared/kubeflow): the PyTorchJob example is validated against them.
+KUBEFLOW_CRDS = (
+    ROOT.parent / "shared" / "kubeflow" / "kubeflow.org_pytorchjobs.yaml",
+    ROOT.parent / "shared" / "kubeflow" / "trainer.kubeflow.org_trainjobs.yaml",
+)
+
+
+@pytest.fixture(scope="module")
+def schemas(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("kubeconform-schemas")
+    docs = fetch_openapi_v3(kube_cluster.server, kube_cluster.ssl_context())
+    assert len(write_builtin_schemas(docs, root)) > 50
+    for path in (CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS):
+        assert write_crd_schemas(yaml.safe_load(path.read_text()), root)
+    return root
+
+
+def kubeconform(schemas: Path, manifest: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            tool("kubeconform"),
+            "-strict",
+            "-summary",
+            "-output=text",
+            f"-schema-location={schema_location(schemas)}",
+            *extra,
+            "-",
+        ],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_kubeconform_strict_accepts_each_variant(schemas: Path, variant: str) -> None:
+    manifest = render(variant, extra=("--include-crds",))
+    # cert-manager's CRDs are not available offline; its two kinds are skipped, and said so.
+    skip = ("-skip=" + ",".join(CERT_MANAGER_KINDS),) if variant == "cert-manager" else ()
+    result = kubeconform(schemas, manifest, *skip)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Invalid: 0, Errors: 0" in result.stdout
+
+
+def test_kubeconform_strict_accepts_the_examples(schemas: Path) -> None:
+    assert EXAMPLES
+    manifest = "\n---\n".join(p.read_text() for p in EXAMPLES)
+    result = kubeconform(schemas, manifest)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Valid: {len(EXAMPLES)}, Invalid: 0" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("mutate", "complaint"),
+    [
+        (lambda d: d["spec"]["capture"].update(stepz=3), "stepz"),
+        (lambda d: d["spec"]["capture"].update(steps="ten"), "steps"),
+        (lambda d: d["spec"].update(target={"kind": "Deployment", "name": "x"}), "kind"),
+    ],
+)
+def test_kubeconform_rejects_a_broken_diagnosis(schemas: Path, mutate: Any, complaint: str) -> None:
+    doc = yaml.safe_load(next(p for p in EXAMPLES if "trainjob" in p.name).read_text())
+    mutate(doc)
+    result = kubeconform(schemas, yaml.safe_dump(doc))
+    assert result.returncode == 1
+    assert complaint in result.stdout
+
+
+def test_kubeconform_rejects_an_unknown_field_in_a_builtin_kind(schemas: Path) -> None:
+    docs = objects(render("defaults"))
+    [deployment] = by_kind(docs, "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
+    result = kubeconform(schemas, yaml.safe_dump(deployment))
+    assert result.returncode == 1
+    assert "securityContex" in result.stdout
+
+
+def _apply(cluster: KubeCluster, manifest: str) -> None:
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=helm-test",
+        "-f",
+        "-",
+        input=manifest,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def crd(kube_cluster: KubeCluster) -> None:
+    """The chart's CRD, and the real Kubeflow CRDs (so `can-i` resolves their resources)."""
+    paths = [CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS]
+    for path in paths:
+        kube_cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(path), timeout=120
+        )
+    names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in paths]
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names]
+    )
+
+
+class Release:
+    def __init__(self, cluster: KubeCluster, name: str, namespace: str, docs: list[Any]) -> None:
+        self.cluster, self.name, self.namespace, self.docs = cluster, name, namespace, docs
+        [sa] = by_kind(docs, "ServiceAccount")
+        self.user = f"system:serviceaccount:{namespace}:{sa['metadata']['name']}"
+        self.sa = sa["metadata"]["name"]
+
+    def can(self, verb: str, resource: str, namespace: str | None = None) -> bool:
+        where = ["-n", namespace] if namespace else ["--all-namespaces"]
+        result = self.cluster.kubectl(
+            "auth", "can-i", verb, resource, *where, f"--as={self.user}", check=False
+        )
+        assert result.stdout.strip() in ("yes", "no"), result.stderr
+        return result.stdout.strip() == "yes"
+
+
+@pytest.fixture
+def install(kube_cluster: KubeCluster, crd: None) -> Iterator[Any]:
+    """helm template | kubectl apply --server-side into a fresh namespace; cluster-scoped
+    objects (roles, the webhook configuration) are deleted afterwards so the webhook of one
+    test never sees the pods of another."""
+    releases: list[Release] = []
+
+    def do(variant: str, *sets: str) -> Release:
+        name = f"pd{secrets.token_hex(3)}"
+        namespace = f"rel-{name}"
+        kube_cluster.kubectl("create", "namespace", namespace)
+        extra = tuple(a for s in sets for a in ("--set", s))
+        docs = objects(render(variant, release=name, namespace=namespace, extra=extra))
+        if variant == "cert-manager":
+            docs = [d for d in docs if d["kind"] not in CERT_MANAGER_KINDS]
+        _apply(kube_cluster, "\n---\n".join(yaml.safe_dump(d) for d in docs))
+        release = Release(kube_cluster, name, namespace, docs)
+        releases.append(release)
+        return release
+
+    yield do
+    for release in releases:
+        for doc in release.docs:
+            if "namespace" not in doc["metadata"]:
+                kind, name = doc["kind"], doc["metadata"]["name"]
+                kube_cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"namespaced"}))
+def test_server_side_apply_of_each_variant(install: Any, variant: str) -> None:
+    release = install(variant)
+    for doc in release.docs:
+        meta = doc["metadata"]
+        where = ["-n", meta["namespace"]] if "namespace" in meta else []
+        got = json.loads(
+            release.cluster.kubectl("get", doc["kind"], meta["name"], *where, "-o", "json").stdout
+        )
+        assert got["metadata"]["labels"]["app.kubernetes.io/instance"] == release.name
+    if variant != "no-webhook":
+        [config] = by_kind(release.docs, "MutatingWebhookConfiguration")
+        stored = json.loads(
+            release.cluster.kubectl(
+                "get", "mutatingwebhookconfiguration", config["metadata"]["name"], "-o", "json"
+            ).stdout
+        )
+        assert stored["webhooks"][0]["timeoutSeconds"] <= 10
+        assert stored["webhooks"][0]["failurePolicy"] == "Ignore"
+
+
+# What the operator does (operator/kube.py, and kopf around it), namespace-scoped.
+NEEDED = [
+    ("get", "perfdiagnoses.perfdiag.io"),
+    ("list", "perfdiagnoses.perfdiag.io"),
+    ("watch", "perfdiagnoses.perfdiag.io"),
+    ("patch", "perfdiagnoses.perfdiag.io"),
+    ("delete", "perfdiagnoses.perfdiag.io"),
+    ("patch", "perfdiagnoses.perfdiag.io/status"),
+    ("get", "pods"),
+    ("list", "pods"),
+    ("patch", "pods"),
+    ("get", "jobs.batch"),
+    ("create", "jobs.batch"),
+    ("delete", "jobs.batch"),
+    ("get", "pytorchjobs.kubeflow.org"),
+    ("get", "trainjobs.trainer.kubeflow.org"),
+    ("create", "events"),
+]
+NOT_NEEDED = [
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("create", "pods"),
+    ("delete", "pods"),
+    ("update", "perfdiagnoses.perfdiag.io"),
+    ("create", "perfdiagnoses.perfdiag.io"),
+    ("patch", "deployments.apps"),
+    ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
+]
+
+
+def test_cluster_wide_rbac_is_what_the_operator_needs_and_no_more(
+    install: Any, kube_namespace: str
+) -> None:
+    release = install("storage")
+    for verb, resource in NEEDED:
+        assert release.can(verb, resource, kube_namespace), f"cannot {verb} {resource}"
+        assert release.can(verb, resource), f"cannot {verb} {resource} in all namespaces"
+    assert release.can("list", "customresourcedefinitions.apiextensions.k8s.io")
+    for verb, resource in NOT_NEEDED:
+        assert not release.can(verb, resource, kube_namespace), f"can {verb} {resource}"
+    # Secrets: neither elsewhere nor in its own namespace (it reads its credentials by envFrom).
+    assert not release.can("get", "secrets", "kube-system")
+    assert not release.can("get", "secrets", release.namespace)
+    assert not release.can("list", "secrets")
+    assert not release.can("list", "namespaces")
+
+
+def test_namespaced_rbac_stops_at_the_listed_namespaces(
+    install: Any, kube_cluster: KubeCluster
+) -> None:
+    team = f"team-{secrets.token_hex(3)}"
+    other = f"other-{secrets.token_hex(3)}"
+    for ns in (team, other):
+        kube_cluster.kubectl("create", "namespace", ns)
+    release = install("namespaced", f"watchNamespaces={{{team}}}")
+    for verb, resource in NEEDED:
+        assert release.can(verb, resource, team), f"cannot {verb} {resource} in {team}"
+        assert not release.can(verb, resource, other), f"can {verb} {resource} in {other}"
+    assert not release.can("list", "pods")  # not cluster-wide
+    assert release.can("list", "namespaces")  # kopf finds the namespaces it serves
+    assert not release.can("get", "secrets", team)
+    assert not release.can("get", "secrets", other)
+
+
+def _token_kubeconfig(cluster: KubeCluster, release: Release, path: Path) -> Path:
+    """A kubeconfig with a real token of the chart's ServiceAccount (TokenRequest API)."""
+    token = cluster.kubectl(
+        "create", "token", release.sa, "-n", release.namespace, "--duration=1h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": cluster.server,
+                    "certificate-authority-data": base64.b64encode(
+                        cluster.ca_file.read_bytes()
+                    ).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "c",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _wait(probe: Any, what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def test_operator_runs_under_the_chart_service_account_token(
+    install: Any, kube_cluster: KubeCluster, minio_server: Any, tmp_path: Path
+) -> None:
+    """The chart's Deployment command and environment, with the ServiceAccount's own token
+    instead of admin: a diagnosis of a missing pod stalls (status, events), one of an injected
+    pod arms the capture (plan in storage and on the pod), and deleting it while capturing
+    takes the plan off the pod again (the finalizer)."""
+    team = f"team-{secrets.token_hex(3)}"
+    kube_cluster.kubectl("create", "namespace", team)
+    storage = f"s3://{minio_server.bucket}/chart-{secrets.token_hex(3)}"
+    release = install(
+        "namespaced",
+        f"watchNamespaces={{{team}}}",
+        f"storage.uri={storage}",
+        "webhook.enabled=false",  # see docs/install.md: the webhook is served by the same process
+    )
+    sa_kubeconfig = _token_kubeconfig(kube_cluster, release, tmp_path / "sa-kubeconfig")
+    whoami = subprocess.run(
+        [tool("kubectl"), f"--kubeconfig={sa_kubeconfig}", "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == release.user
+
+    [deployment] = by_kind(release.docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env.update(minio_server.env())  # what envFrom of the credentials Secret gives the pod
+    env["PERFDIAG_RECHECK_SECONDS"] = "1"
+    args = [a for a in container["args"] if not a.startswith("--liveness")]
+    args = [a if not a.startswith("--recheck-seconds") else "--recheck-seconds=1" for a in args]
+    log = tmp_path / "operator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("perfdiag")), *args],
+            env={**os.environ, **env, "KUBECONFIG": str(sa_kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        try:
+            _exercise_operator(kube_cluster, team, storage, minio_server)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\noperator log:\n{log.read_text()[-6000:]}") from exc
+        text = log.read_text()
+        assert "Forbidden" not in text and "403" not in text, text[-4000:]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _get(cluster: KubeCluster, ns: str, kind: str, name: str) -> Any:
+    result = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _condition(obj: Any, type_: str) -> Any:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return cond
+    return None
+
+
+def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server: Any) -> None:
+    def diagnosis(name: str, target: dict[str, Any]) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "perfdiag.io/v1alpha1",
+                "kind": "PerfDiagnosis",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"target": target},
+            }
+        )
+
+    cluster.kubectl(
+        "apply", "-f", "-", input=diagnosis("missing", {"kind": "Pods", "name": "nope"})
+    )
+    stalled = _wait(
+        lambda: _condition(_get(cluster, ns, "pdiag", "missing"), "Stalled"), "status", 90
+    )
+    assert stalled["status"] == "True" and stalled["reason"] == "TargetNotFound"
+    events = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+    assert "TargetNotFound" in events
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "worker-0",
+            "namespace": ns,
+            "labels": {"perfdiag.io/inject": "true", "app": "w"},
+        },
+        "spec": {"containers": [{"name": "pytorch", "image": "pytorch:none"}]},
+    }
+    # What the webhook would have made of it (its pure decision, perfdiag.operator.injection).
+    patch = inject(pod, InjectionConfig(image="perfdiag:test", storage=storage, storage_secret="s"))
+    assert patch is not None
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(pod.get(key), dict):
+            pod[key] = {**pod[key], **value}
+        else:
+            pod[key] = value
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=diagnosis("armed", {"kind": "Pods", "selector": {"matchLabels": {"app": "w"}}}),
+    )
+    armed = _wait(
+        lambda: (
+            (_get(cluster, ns, "pdiag", "armed") or {}).get("status", {}).get("phase")
+            == "Capturing"
+        ),
+        "phase Capturing",
+        90,
+    )
+    assert armed
+    worker = _get(cluster, ns, "pod", "worker-0")
+    assert "perfdiag.io/plan" in worker["metadata"]["annotations"]
+    obj = _get(cluster, ns, "pdiag", "armed")
+    assert "perfdiag.io/finalizer" in obj["metadata"]["finalizers"]
+    prefix = obj["status"]["artifacts"]["prefix"]
+    assert prefix.startswith(storage)
+    key = prefix[len(f"s3://{minio_server.bucket}/") :] + "/plan.json"
+    minio_server.client().stat_object(minio_server.bucket, key)
+
+    cluster.kubectl("delete", "pdiag", "armed", "-n", ns, "--wait=true", timeout=90)
+    worker = _get(cluster, ns, "pod", "worker-0")
+    assert "perfdiag.io/plan" not in (worker["metadata"].get("annotations") or {})

@@ -1,0 +1,152 @@
+"""The agent's hardware sampler on this machine: host metrics from /proc, GPU through NVML when
+there is one (without, it samples the host only and says so once)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+
+from perfdiag.collector import hardware
+from perfdiag.collector.hardware import (
+    HardwareSampler,
+    achieved_rates,
+    hardware_table,
+    parse_raw,
+    worker_series,
+)
+from perfdiag.schema import HARDWARE_SCHEMA_ID, WindowMeta, WorkerMeta, read_meta
+
+
+def _nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+def test_host_sampling_works_and_a_missing_gpu_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(hardware, "_told_no_gpu", False)
+    caplog.set_level(logging.INFO, logger="perfdiag.agent")
+    samplers = [HardwareSampler(pids={0: os.getpid()}) for _ in range(2)]
+    told = [r for r in caplog.records if "no GPU sampled" in r.getMessage()]
+    if _nvml_works():  # a GPU machine: its GPUs are sampled, nothing is said
+        assert all(s.gpu_count > 0 for s in samplers) and not told
+    else:
+        assert len(told) == 1, caplog.text  # once per process, however many samplers
+        assert all(s.gpu_count == 0 for s in samplers)
+        assert all(any("host only" in note for note in s.notes) for s in samplers)
+    sampler = samplers[0]
+    sampler.start()
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:
+        sum(range(1000))  # this process runs: its run time grows
+        time.sleep(0.001)
+    sampler.stop()
+    series = sampler.samples()
+    by_key = {(s.metric, s.device): s for s in series}
+    assert ("net_rx_bytes", "net:lo") in by_key
+    assert ("cpu_total_jiffies", "cpu") in by_key
+    assert ("mem_available_bytes", "host") in by_key
+    run = by_key[("cpu_run_ns", "rank0")]
+    assert run.values[-1] > run.values[0]
+    rates = achieved_rates(series)
+    # Loose bounds (2 shared cores under load here); benchmarks/hardware_sampler.py measures.
+    assert rates["net_rx_bytes"] > 100
+    assert 20 < rates["cpu_total_jiffies"] <= 120  # 100 Hz, a late read makes the next early
+    assert rates["mem_available_bytes"] <= 13  # 10 Hz
+    if _nvml_works():
+        assert rates["sm_clock_mhz"] > 100
+
+
+def test_proc_snapshots_parse_into_counters() -> None:
+    net = (
+        b"Inter-|   Receive   |  Transmit\n face |bytes    packets errs drop fifo frame "
+        b"compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
+        b"    lo: %d 10 0 0 0 0 0 0 %d 10 0 0 0 0 0 0\n"
+        b"  eth0: %d 5 0 0 0 0 0 0 %d 6 0 0 0 0 0 0\n"
+    )
+    snapshots = [net % (100, 100, 1000, 2000), net % (150, 150, 5000, 2500)]
+    series = {(s.metric, s.device): list(s.values) for s in parse_raw("net/dev", [1, 2], snapshots)}
+    assert series[("net_rx_bytes", "net:eth0")] == [1000, 5000]
+    assert series[("net_tx_bytes", "net:eth0")] == [2000, 2500]
+    stat = b"cpu  10 0 5 80 5 0 0 2 0 0\ncpu0 10 0 5 80 5 0 0 2 0 0\nintr 1\n"
+    parsed = {(s.metric, s.device): list(s.values) for s in parse_raw("stat", [1], [stat])}
+    assert parsed[("cpu_total_jiffies", "cpu0")] == [102]
+    assert parsed[("cpu_busy_jiffies", "cpu0")] == [17]
+    assert parsed[("cpu_steal_jiffies", "cpu")] == [2]
+    sched = parse_raw("schedstat:3", [1, 2], [b"100 20 3\n", b"400 50 4\n"])
+    assert [(s.metric, s.device, list(s.values)) for s in sched] == [
+        ("cpu_run_ns", "rank3", [100, 400]),
+        ("cpu_runqueue_wait_ns", "rank3", [20, 50]),
+    ]
+    # A snapshot with a different set of lines cannot be aligned: nothing rather than wrong.
+    assert parse_raw("net/dev", [1, 2], [snapshots[0], b"x"]) == []
+
+
+def test_a_worker_file_holds_the_host_its_gpu_and_its_process() -> None:
+    from array import array
+
+    def series(metric: str, device: str) -> hardware.Series:
+        return hardware.Series(metric, device, False, array("q", [1, 2]), array("d", [1.0, 2.0]))
+
+    everything = [
+        series("sm_clock_mhz", "gpu0"),
+        series("sm_clock_mhz", "gpu1"),
+        series("cpu_run_ns", "rank0"),
+        series("cpu_run_ns", "rank1"),
+        series("net_rx_bytes", "net:eth0"),
+        series("cpu_total_jiffies", "cpu"),
+    ]
+    mine = worker_series(everything, rank=1, gpu_index=1)
+    assert {(s.metric, s.device) for s in mine} == {
+        ("sm_clock_mhz", "gpu1"),
+        ("cpu_run_ns", "rank1"),
+        ("net_rx_bytes", "net:eth0"),
+        ("cpu_total_jiffies", "cpu"),
+    }
+    meta = WorkerMeta(
+        rank=1, window=WindowMeta(id="w", start_step=3, steps=1, step_bounds_ns=[(0, 5)])
+    )
+    table = hardware_table(mine, meta)
+    assert table.num_rows == 8
+    assert read_meta(table.schema, HARDWARE_SCHEMA_ID).rank == 1
+    assert set(table.column("rank").to_pylist()) == {1}
+
+
+def test_reading_samples_while_sampling_gives_the_same_as_one_parse_at_the_end() -> None:
+    sampler = HardwareSampler(pids={0: os.getpid()}, use_gpu=False)
+    sampler.start()
+    time.sleep(0.3)
+    early = {(s.metric, s.device): s for s in sampler.samples()}
+    time.sleep(0.3)
+    sampler.stop()
+    late = {(s.metric, s.device): s for s in sampler.samples()}
+    raw = sampler._raw["net/dev"]  # what was read, parsed in one go
+    whole = {(s.metric, s.device): s for s in parse_raw("net/dev", raw.ts, raw.snapshots)}
+    for key, series in whole.items():
+        assert list(late[key].ts) == list(series.ts) and list(late[key].values) == list(
+            series.values
+        )
+        n = len(early[key].ts)
+        assert 0 < n < len(series.ts)
+        assert list(late[key].values[:n]) == list(early[key].values)
+
+
+def test_a_worker_file_keeps_the_samples_of_its_window() -> None:
+    from array import array
+
+    series = hardware.Series(
+        "net_rx_bytes", "net:eth0", True, array("q", range(0, 100, 10)), array("d", range(10))
+    )
+    (kept,) = hardware.within([series], 25, 60)
+    assert list(kept.ts) == [30, 40, 50, 60]
+    assert list(kept.values) == [3, 4, 5, 6]

@@ -1,0 +1,176 @@
+"""The end-to-end setting, shared by tests/operator/test_e2e*.py: the real control plane and
+MinIO, the operator (with its pod webhook) in-process, the Kubeflow example PyTorchJob with an
+injected slow rank, and the suite playing the training operator and the kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfdiag.collector import spool
+from perfdiag.collector.hookdir import materialize
+from perfdiag.demo.scenarios import TRAIN_SCRIPT
+from perfdiag.testing.kubelet import Image, LocalKubelet
+from perfdiag.testing.processes import free_port
+from perfdiag.testing.training_operator import PORT_NAME, pytorchjob_pods
+
+KUBEFLOW = Path(__file__).resolve().parents[2].parent / "shared" / "kubeflow"
+PERFDIAG_IMAGE = "perfdiag:test"
+TRAINING_IMAGE = "pytorch-cpu:py3.8"  # the example's image
+FAULT_RANK = 3
+SCENARIO = "compute-straggler"
+
+
+def demo_args(stop_file: Path) -> list[str]:
+    """perfdiag's demo training: a slow rank; train until the test says stop."""
+    return [
+        f"--scenario={SCENARIO}",
+        f"--fault-rank={FAULT_RANK}",
+        f"--stop-file={stop_file}",
+        "--max-seconds=900",
+    ]
+
+
+def pytorchjob(name: str, args: list[str]) -> dict[str, Any]:
+    """example-cpu-demo.yaml (2 nodes × nprocPerNode 2 = 4 ranks), changed only where a test
+    must: its name, the opt-in label on the pod templates, a free rendezvous port (the
+    training operator reads it from the container port named pytorchjob-port) and the
+    arguments of demo.py."""
+    job: dict[str, Any] = yaml.safe_load((KUBEFLOW / "example-cpu-demo.yaml").read_text())
+    job["metadata"]["name"] = name
+    port = free_port()
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        template = replica["template"]
+        template.setdefault("metadata", {}).setdefault("labels", {})["perfdiag.io/inject"] = "true"
+        container = template["spec"]["containers"][0]
+        assert container["command"] == ["torchrun", "demo.py"]  # the example as shipped
+        container["command"] = [*container["command"], *args]
+        container["ports"] = [{"name": PORT_NAME, "containerPort": port}]
+    return job
+
+
+def images(workdir: Path, script: Path = TRAIN_SCRIPT) -> dict[str, Image]:
+    """The two images, locally: perfdiag (the console script; the hook folder at
+    /opt/perfdiag/hook as the Dockerfile lays it out) and the training image (`script` as
+    demo.py in /workspace, its working directory)."""
+    hook = materialize(workdir / "image-perfdiag" / "hook")
+    workspace = workdir / "image-pytorch" / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    shutil.copy(script, workspace / "demo.py")
+    perfdiag_bin = Path(sys.executable).parent / "perfdiag"
+    return {
+        PERFDIAG_IMAGE: Image(entrypoint=(str(perfdiag_bin),), files={"/opt/perfdiag/hook": hook}),
+        TRAINING_IMAGE: Image(workdir="/workspace", files={"/workspace": workspace}),
+    }
+
+
+def base_env() -> dict[str, str]:
+    """What every container's image would set: PATH (torchrun, python, perfdiag, cp), HOME,
+    one thread per rank (two CPU cores shared by everything)."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": os.environ.get("HOME", "/root"),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "LANG": "C.UTF-8",
+    }
+
+
+@dataclass
+class Training:
+    name: str
+    uid: str
+    pods: list[str]
+    kubelet: LocalKubelet
+    stop_file: Path
+
+    def spool_of(self, pod: str) -> Path:
+        return self.kubelet.pods[pod].root / "volumes" / "perfdiag-spool"
+
+    def steps(self) -> dict[int, int]:
+        """Rank → last step seen in the spool heartbeats."""
+        found: dict[int, int] = {}
+        for pod in self.pods:
+            if pod not in self.kubelet.pods:
+                continue
+            folder = self.spool_of(pod)
+            for rank in spool.ranks_in(folder) if folder.exists() else []:
+                beat = spool.read_json(spool.rank_dir(folder, rank) / spool.HEARTBEAT)
+                if isinstance(beat, dict) and isinstance(beat.get("step"), int):
+                    found[rank] = beat["step"]
+        return found
+
+    def logs(self) -> str:
+        parts = []
+        for name, pod in {**self.kubelet.pods, **self.kubelet.jobs}.items():
+            for container in pod.containers:
+                parts.append(f"--- {name}/{container}\n{pod.log_text(container)[-3000:]}")
+        return "\n".join(parts)
+
+
+def storage_secret(cluster: Any, namespace: str, minio: Any, **extra: str) -> None:
+    """The namespace's perfdiag-storage Secret (the agents' and the analyzer's credentials,
+    plus `extra` variables)."""
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "perfdiag-storage"}, "stringData": {**minio.env(), **extra}},
+    )
+
+
+@contextmanager
+def running_training(
+    cluster: Any,
+    namespace: str,
+    workdir: Path,
+    name: str = "torchrun-cpu",
+    *,
+    script: Path = TRAIN_SCRIPT,
+    args: list[str] | None = None,
+) -> Iterator[Training]:
+    """The PyTorchJob applied, its pods created as the training operator would, run by the
+    local kubelet until the ranks are training; stopped (stop file, then the kubelet) after.
+    Default training: perfdiag's demo with a slow rank (`demo_args`)."""
+    stop_file = workdir / f"{name}.stop"
+    job = pytorchjob(name, demo_args(stop_file) if args is None else args)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
+    created = cluster.custom.get_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", name
+    )
+    pods = pytorchjob_pods(created)
+    for pod in pods:
+        cluster.core.create_namespaced_pod(namespace, pod)
+    kubelet = LocalKubelet(
+        cluster.kube.api_client(),
+        namespace,
+        workdir / "kubelet",
+        images(workdir, script),
+        base_env(),
+    ).start()
+    training = Training(name, created["metadata"]["uid"], [p["metadata"]["name"] for p in pods],
+                        kubelet, stop_file)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            steps = training.steps()
+            if len(steps) == 4 and min(steps.values()) >= 5:
+                break
+            if any(p.phase == "Failed" for p in kubelet.pods.values()):
+                raise AssertionError(f"a training pod failed:\n{training.logs()}")
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the 4 ranks did not start training:\n{training.logs()}")
+        yield training
+    finally:
+        stop_file.touch()
+        time.sleep(1.0)
+        kubelet.stop()

@@ -1,0 +1,300 @@
+"""Capture coordination decisions (pure): arm, follow, deadline, analyzer Job, verdict."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
+from perfdiag.api.plan import Plan
+from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, WorkerInfo
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
+from perfdiag.operator.coordination import (
+    World,
+    decide,
+    expected_ranks,
+    plan_annotations,
+    plan_id,
+    verdict_summary,
+)
+
+NOW = datetime(2026, 11, 22, 2, 0, 0, tzinfo=timezone.utc)
+UID = "0f2d6c1e-1111-2222-3333-444455556666"
+ROOT = "s3://b/perfdiag"
+SPEC = PerfDiagnosisSpec.model_validate(
+    {"target": {"kind": "PyTorchJob", "name": "bert"}, "capture": {"steps": 10}}
+)
+
+
+def _pod(
+    name: str, *, injected: bool = True, nproc: str = "2", **annotations: str
+) -> dict[str, Any]:
+    notes = dict(annotations)
+    if injected:
+        notes["perfdiag.io/injected"] = "0.1.0"
+    return {
+        "metadata": {"name": name, "annotations": notes},
+        "spec": {
+            "containers": [
+                {"name": "pytorch", "env": [{"name": "PET_NPROC_PER_NODE", "value": nproc}]}
+            ]
+        },
+    }
+
+
+def _decide(
+    status: PerfDiagnosisStatus,
+    world: World,
+    *,
+    now: datetime = NOW,
+    spec: PerfDiagnosisSpec = SPEC,
+) -> Any:
+    return decide(
+        name="d",
+        uid=UID,
+        namespace="ns",
+        generation=1,
+        spec=spec,
+        status=status,
+        world=world,
+        storage_root=ROOT,
+        target="PyTorchJob bert",
+        now=now,
+    )
+
+
+def _cond(status: PerfDiagnosisStatus, type_: str) -> tuple[str, str, str]:
+    cond = status.condition(type_)
+    assert cond is not None
+    return cond.status, cond.reason, cond.message
+
+
+def test_arm_writes_a_deterministic_plan() -> None:
+    world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0")])
+    decision = _decide(PerfDiagnosisStatus(), world)
+    assert decision.actions == ["arm"]
+    assert decision.plan.id == plan_id("d", UID) == f"d-{UID}"
+    assert decision.plan.steps == 10
+    status = decision.status
+    assert status.phase == "Capturing"
+    assert status.workers.expected == 4
+    assert status.artifacts.prefix == f"{ROOT}/ns/d-{UID}"
+    assert _cond(status, "Reconciling")[:2] == ("True", "Capturing")
+    assert [e.reason for e in decision.events] == ["PlanSent"]
+    # Re-arming after a restart sends the same id (the hooks ignore a plan id they took).
+    assert _decide(PerfDiagnosisStatus(), world).plan.id == decision.plan.id
+
+
+def test_pods_without_perfdiag_are_refused_with_how_to_opt_in() -> None:
+    world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0", injected=False)])
+    decision = _decide(PerfDiagnosisStatus(), world)
+    assert decision.actions == []
+    assert decision.status.phase == "Pending"
+    stalled, reason, message = _cond(decision.status, "Stalled")
+    assert (stalled, reason) == ("True", "NotInjected")
+    assert "bert-worker-0" in message and 'perfdiag.io/inject: "true"' in message
+
+
+def test_second_diagnosis_waits_for_the_first() -> None:
+    other = Plan.new(plan_id="first-uid", timeout_s=300)
+    annotations = plan_annotations(other, "first")["metadata"]["annotations"]
+    world = World(pods=[_pod("bert-master-0", **annotations), _pod("bert-worker-0")])
+    decision = _decide(PerfDiagnosisStatus(), world, now=datetime.now(timezone.utc))
+    assert decision.actions == []
+    status, reason, message = _cond(decision.status, "Reconciling")
+    assert (status, reason) == ("True", "WaitingForOtherDiagnosis")
+    assert "PerfDiagnosis first" in message
+    # Once that plan's deadline has passed, it no longer blocks.
+    later = datetime.now(timezone.utc) + timedelta(seconds=301)
+    assert _decide(PerfDiagnosisStatus(), world, now=later).actions == ["arm"]
+
+
+def _capturing(
+    expected: int = 4, deadline: datetime = NOW + timedelta(seconds=60)
+) -> PerfDiagnosisStatus:
+    return PerfDiagnosisStatus.model_validate(
+        {
+            "phase": "Capturing",
+            "window": {"planId": f"d-{UID}", "steps": 10, "deadline": deadline.isoformat()},
+            "workers": {"expected": expected},
+            "artifacts": {"prefix": f"{ROOT}/ns/d-{UID}"},
+        }
+    )
+
+
+def _worker(rank: int, phase: str = "done", stalled: float = 0.0) -> WorkerStatus:
+    """A status.json written just now, whose step last advanced `stalled` seconds ago."""
+    t = NOW.timestamp()
+    return WorkerStatus(
+        rank=rank, plan_id=f"d-{UID}", phase=phase,  # type: ignore[arg-type]
+        step=20, last_step_unix=t - stalled, updated_unix=t,
+    )  # fmt: skip
+
+
+def test_capture_progress_then_analysis_when_all_reported() -> None:
+    pods = [_pod("a"), _pod("b")]
+    partial = _decide(
+        _capturing(), World(pods=pods, workers={0: _worker(0), 1: _worker(1, "capturing")})
+    )
+    assert partial.actions == []
+    assert partial.status.phase == "Capturing"
+    assert partial.status.workers.captured == 1
+    assert "1/4 worker(s) captured" in _cond(partial.status, "Reconciling")[2]
+
+    workers = {r: _worker(r) for r in range(4)}
+    done = _decide(_capturing(), World(pods=pods, workers=workers))
+    assert done.actions == ["disarm", "launch_job"]
+    assert done.status.phase == "Analyzing"
+    assert done.status.workers.model_dump() == {"expected": 4, "captured": 4, "missing": 0}
+
+
+def test_deadline_counts_missing() -> None:
+    pods = [_pod("a"), _pod("b")]
+    workers = {0: _worker(0), 1: _worker(1), 2: _worker(2, "capturing", stalled=5.0)}
+    before = _decide(_capturing(), World(pods=pods, workers=workers))
+    assert before.actions == []
+    assert "2/4 worker(s) captured" in _cond(before.status, "Reconciling")[2]
+    after = _decide(
+        _capturing(deadline=NOW - timedelta(seconds=1)), World(pods=pods, workers=workers)
+    )
+    assert after.actions == ["disarm", "launch_job"]
+    assert after.status.workers.model_dump() == {"expected": 4, "captured": 2, "missing": 2}
+    assert after.events[0].type == "Warning"
+    assert "deadline passed" in after.events[0].message
+
+
+def test_stuck_workers_get_a_stacks_plan_then_the_capture_ends() -> None:
+    pods = [_pod("a"), _pod("b")]
+    workers = {r: _worker(r, "armed", stalled=61.0 if r == 3 else 0.5) for r in range(4)}
+    decision = _decide(_capturing(), World(pods=pods, workers=workers))
+    assert decision.actions == ["stacks"]
+    assert decision.plan.action == "stacks"
+    assert decision.plan.id == f"d-{UID}-stacks"
+    assert _cond(decision.status, "Reconciling")[1] == "CollectingStacks"
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "WorkersStuck")]
+    # The spec's stuckAfterSeconds moves the limit (the analyzer Job gets the same).
+    patient = SPEC.model_copy(
+        update={"analysis": SPEC.analysis.model_copy(update={"stuck_after_seconds": 120.0})}
+    )
+    assert _decide(_capturing(), World(pods=pods, workers=workers), spec=patient).actions == []
+
+    # The stacks plan sits on the pods: wait for the dumps, then analyze with them.
+    notes = plan_annotations(decision.plan, "d")["metadata"]["annotations"]
+    armed = [_pod("a", **notes), _pod("b", **notes)]
+    waiting = _decide(_capturing(), World(pods=armed, workers=workers, stacks=frozenset({0, 1})))
+    assert waiting.actions == []
+    assert "2 stack dump(s) in" in _cond(waiting.status, "Reconciling")[2]
+    ended = _decide(_capturing(), World(pods=armed, workers=workers, stacks=frozenset(range(4))))
+    assert ended.actions == ["disarm", "collect_stacks", "launch_job"]
+    assert "rank(s) 3 stuck" in ended.events[0].message
+    # Ranks that never answer do not hold the analysis past the stacks plan's deadline.
+    late = NOW + timedelta(seconds=31)
+    workers_late = {
+        r: w.model_copy(update={"updated_unix": late.timestamp()}) for r, w in workers.items()
+    }
+    assert _decide(_capturing(), World(pods=armed, workers=workers_late), now=late).actions == [
+        "disarm", "collect_stacks", "launch_job"
+    ]  # fmt: skip
+
+
+def test_storage_outage_is_a_condition_not_a_failure() -> None:
+    decision = _decide(_capturing(), World(pods=[_pod("a")], storage_error="connection refused"))
+    assert decision.status.phase == "Capturing"
+    status, reason, message = _cond(decision.status, "Reconciling")
+    assert (status, reason) == ("True", "StorageUnavailable")
+    assert "connection refused" in message
+
+
+def _verdict() -> Verdict:
+    return Verdict(
+        status="degraded",
+        summary="Rank 3 is slowing the job",
+        window=WindowInfo(
+            start_step=1, steps=10, step_time_ms=StepTimes(median=1, max=2, per_rank={})
+        ),
+        workers=[WorkerInfo(rank=r, pod=f"p-{r // 2}") for r in range(4)],
+        findings=[
+            Finding(
+                kind="expected_range",
+                category="python",
+                ranks=[0, 1, 2, 3],
+                severity=0.1,
+                message="m",
+            ),
+            Finding(
+                kind="slow_worker",
+                category="cpu_op",
+                function="aten::mm",
+                ranks=[3],
+                severity=0.5,
+                message="s",
+            ),
+        ],
+    )
+
+
+def test_verdict_summary_names_culprit_ranks_and_pods() -> None:
+    summary = verdict_summary(_verdict())
+    assert summary.culprit_ranks == [3]
+    assert summary.culprit_pods == ["p-1"]
+    assert [f.kind for f in summary.top_findings] == ["slow_worker", "expected_range"]
+
+
+def _analyzing() -> PerfDiagnosisStatus:
+    status = _capturing()
+    return status.model_copy(update={"phase": "Analyzing"})
+
+
+def test_analyzer_job_outcomes() -> None:
+    from perfdiag.operator.analyzer_job import JobState
+
+    assert _decide(_analyzing(), World()).actions == ["launch_job"]  # lost Job: create again
+    assert _decide(_analyzing(), World(job=JobState("running"))).status.phase == "Analyzing"
+    failed = _decide(_analyzing(), World(job=JobState("failed", "BackoffLimitExceeded", "boom")))
+    assert failed.status.phase == "Failed"
+    assert _cond(failed.status, "Stalled")[:2] == ("True", "AnalyzerFailed")
+    assert "BackoffLimitExceeded" in _cond(failed.status, "Stalled")[2]
+    ok = _decide(_analyzing(), World(job=JobState("succeeded"), verdict=_verdict()))
+    assert ok.status.phase == "Succeeded"
+    assert _cond(ok.status, "Ready")[:2] == ("True", "VerdictReady")
+    assert ok.status.artifacts.verdict == f"{ROOT}/ns/d-{UID}/verdict.json"
+    assert ok.status.verdict.culprit_ranks == [3]
+    bad = _decide(_analyzing(), World(job=JobState("succeeded"), verdict_error="not JSON"))
+    assert bad.status.phase == "Failed"
+    assert _cond(bad.status, "Stalled")[1] == "VerdictUnreadable"
+
+
+def test_analyzer_job_manifest() -> None:
+    diag = {"metadata": {"name": "d" * 70, "namespace": "ns", "uid": UID}}
+    job = analyzer_job(
+        diag, prefix="s3://b/x", expected_ranks=4, image="img", storage_secret="creds",
+        deadline_seconds=900, ttl_seconds=3600,
+    )  # fmt: skip
+    assert len(job["metadata"]["name"]) <= 63
+    assert job["metadata"]["name"] == job_name("d" * 70, UID)
+    owner = job["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("PerfDiagnosis", UID, True)
+    spec = job["spec"]
+    assert spec["activeDeadlineSeconds"] == 900 and spec["ttlSecondsAfterFinished"] == 3600
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["args"] == ["analyze", "s3://b/x", "--quiet", "--expected-ranks", "4"]
+    assert container["resources"]["requests"]["cpu"] == "500m"
+    tuned = analyzer_job(
+        diag, prefix="s3://b/x", expected_ranks=None, image="img", storage_secret="creds",
+        deadline_seconds=900, ttl_seconds=3600, thresholds={"minRatio": 1.5},
+    )  # fmt: skip
+    assert tuned["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "analyze", "s3://b/x", "--quiet", "--thresholds", '{"minRatio": 1.5}'
+    ]  # fmt: skip
+    failed = {
+        "status": {
+            "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
+        }
+    }
+    assert job_state(failed).outcome == "failed" and job_state(failed).reason == "DeadlineExceeded"
+    assert job_state({"status": {}}).outcome == "running"
+
+
+def test_expected_ranks_from_pod_env() -> None:
+    assert expected_ranks([_pod("a", nproc="8"), _pod("b", nproc="auto")]) == 9

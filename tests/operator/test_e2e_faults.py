@@ -1,0 +1,323 @@
+"""Faults during a diagnosis, end to end on the real control plane and MinIO (the setting of
+test_e2e.py): the operator killed and restarted, an agent that dies, MinIO down during the
+upload, the PerfDiagnosis deleted mid-way, two diagnoses on one job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfdiag.operator.analyzer_job import job_name
+from perfdiag.storage import open_storage
+from tests.operator.e2e_support import running_training, storage_secret
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
+
+
+@pytest.fixture
+def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    if not minio_server.running():
+        minio_server.start()
+    for key, value in minio_server.env().items():
+        monkeypatch.setenv(key, value)
+    root = f"s3://{minio_server.bucket}/perfdiag"
+    monkeypatch.setenv("PERFDIAG_STORAGE", root)
+    return root
+
+
+def _wait_webhook(cluster: Any, ns: str) -> None:
+    probe_pod = {
+        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
+        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+    }
+
+    def probe() -> bool:
+        try:
+            pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
+        except cluster.ApiException:
+            return False
+        return bool(pod.spec.init_containers)
+
+    cluster.wait_for(probe, "the pod webhook", timeout=60)
+
+
+def _apply(cluster: Any, ns: str, name: str, target: str, **capture: Any) -> None:
+    body = cluster.diagnosis(name, {"kind": "PyTorchJob", "name": target}, capture=capture)
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+
+
+def _status(cluster: Any, ns: str, name: str) -> dict[str, Any]:
+    return dict((cluster.get(ns, name) or {}).get("status") or {})
+
+
+def _wait_phase(
+    cluster: Any, ns: str, name: str, *phases: str, timeout: float = 240
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        status = _status(cluster, ns, name)
+        return status if status.get("phase") in phases else None
+
+    return cluster.wait_for(probe, f"{name} in phase {phases}", timeout=timeout)  # type: ignore[no-any-return]
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions") or [] if c["type"] == type_)
+
+
+@contextmanager
+def _operator_process(ns: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`perfdiag operator` as its own process (so it can be SIGKILLed), webhook included."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "perfdiag.cli", "operator", "-n", ns, "--recheck-seconds", "1"],
+            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def test_operator_killed_mid_capture_and_restarted(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    log = tmp_path / "operator.log"
+    with _operator_process(ns, log) as first:
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path) as training:
+            _apply(cluster, ns, "d", training.name, steps=40, timeoutSeconds=240)
+            capturing = _wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
+            assert capturing["phase"] == "Capturing", capturing  # killed mid-capture
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(10)
+            plan = capturing["window"]["planId"]
+            with _operator_process(ns, log):
+                done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed")
+            events = cluster.events(ns, "d")
+            jobs = cluster.kube.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout
+    assert done["phase"] == "Succeeded", f"{done}\n{log.read_text()[-5000:]}"
+    assert done["window"]["planId"] == plan  # the same plan, not a second capture
+    assert done["workers"]["captured"] == 4
+    assert done["verdict"]["status"] in ("degraded", "healthy")
+    # Nothing ran twice: one plan sent, one analyzer Job, one verdict.
+    reasons = [reason for _, reason in events]
+    assert reasons.count("PlanSent") == 1, events
+    assert reasons.count("AnalyzerStarted") == 1, events
+    assert reasons.count("VerdictReady") == 1, events
+    names = [j["metadata"]["name"] for j in json.loads(jobs)["items"]]
+    assert names == [job_name("d", cluster.get(ns, "d")["metadata"]["uid"])]
+    assert training.kubelet.job_attempts == {names[0]: 1}
+
+
+def test_agent_dies_partial_verdict_names_its_ranks(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path) as training:
+            worker = f"{training.name}-worker-0"  # ranks 2 and 3
+            training.kubelet.pods[worker].kill("perfdiag-agent", restart=False)
+            _apply(cluster, ns, "d", training.name, steps=10, timeoutSeconds=30)
+            _wait_phase(cluster, ns, "d", "Capturing")
+            done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=180)
+            events = cluster.events(ns, "d")
+    assert done["phase"] == "Succeeded", done
+    assert done["workers"] == {"expected": 4, "captured": 2, "missing": 2}
+    verdict = done["verdict"]
+    assert verdict["status"] == "incomplete", verdict
+    assert {2, 3} <= set(verdict["culpritRanks"]), verdict
+    assert ("Warning", "CaptureEnded") in events
+
+
+def test_minio_down_during_upload(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    """MinIO stops as the window is captured: the agents' uploads fail and are retried, the
+    operator says storage is unavailable and keeps trying; once MinIO is back the diagnosis
+    completes with every worker, and what was uploaded before the outage is still there."""
+    ns = kube_namespace
+    # The agents give an S3 operation 2 s (instead of 60) before their own retry loop takes
+    # over, so the outage shows in their logs.
+    storage_secret(cluster, ns, minio_server, PERFDIAG_S3_RETRY_SECONDS="2")
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path) as training:
+            _apply(cluster, ns, "d", training.name, steps=10, timeoutSeconds=180)
+            capturing = _wait_phase(cluster, ns, "d", "Capturing")
+            prefix = capturing["artifacts"]["prefix"]
+            before = set(open_storage(prefix).list(""))
+            minio_server.stop()
+
+            def agent_logs() -> str:
+                return "".join(
+                    training.kubelet.pods[p].log_text("perfdiag-agent") for p in training.pods
+                )
+
+            try:
+
+                def outage_seen() -> dict[str, Any] | None:
+                    status = _status(cluster, ns, "d")
+                    cond = _condition(status, "Reconciling")
+                    return cond if cond["reason"] == "StorageUnavailable" else None
+
+                cond = cluster.wait_for(outage_seen, "StorageUnavailable", timeout=60)
+                assert _status(cluster, ns, "d")["phase"] == "Capturing"
+                assert _condition(_status(cluster, ns, "d"), "Ready")["status"] == "False"
+                retried = re.compile(r"rank \d: window for plan \S+ failed .*; retrying in")
+                cluster.wait_for(
+                    lambda: retried.search(agent_logs()),
+                    "an agent retrying its window's upload",
+                    timeout=90,
+                )
+            finally:
+                minio_server.start()
+            done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=240)
+            after = set(open_storage(prefix).list(""))
+    assert "storage unavailable" in cond["message"]
+    assert done["phase"] == "Succeeded", done
+    assert done["window"]["planId"] == capturing["window"]["planId"]
+    assert done["workers"] == {"expected": 4, "captured": 4, "missing": 0}
+    assert done["verdict"]["status"] in ("degraded", "healthy"), done["verdict"]
+    # Nothing lost: what was there before the outage, and every worker's summary after it.
+    assert "plan.json" in before and before <= after
+    assert {f"workers/{r}/summary.parquet" for r in range(4)} <= after
+
+
+def test_deleted_mid_capture_and_mid_analysis(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path) as training:
+            # Mid-capture: a window far longer than the test.
+            _apply(cluster, ns, "long", training.name, steps=1000, timeoutSeconds=600)
+            _wait_phase(cluster, ns, "long", "Capturing")
+            obj = cluster.wait_for(
+                lambda: (o := cluster.get(ns, "long")) and o["metadata"].get("finalizers") and o,
+                "the finalizer",
+            )
+            assert obj["metadata"]["finalizers"] == ["perfdiag.io/finalizer"]
+            annotated = cluster.core.read_namespaced_pod(training.pods[0], ns).metadata.annotations
+            assert "perfdiag.io/plan" in annotated
+            cluster.kubectl("delete", "pdiag", "long", "-n", ns, "--timeout=60s")
+            assert cluster.get(ns, "long") is None  # no stuck finalizer
+            for pod in training.pods:
+                annotations = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations
+                assert "perfdiag.io/plan" not in annotations
+                assert "perfdiag.io/diagnosis" not in annotations
+
+            # Mid-analysis: the analyzer Job is held (not scheduled) until the deletion.
+            training.kubelet.hold_jobs = True
+            _apply(cluster, ns, "short", training.name, steps=5, timeoutSeconds=120)
+            _wait_phase(cluster, ns, "short", "Analyzing")
+            uid = cluster.get(ns, "short")["metadata"]["uid"]
+            name = job_name("short", uid)
+            cluster.wait_for(
+                lambda: (
+                    cluster.kube.kubectl("get", "job", name, "-n", ns, check=False).returncode == 0
+                ),
+                "the analyzer Job",
+            )
+            cluster.kubectl("delete", "pdiag", "short", "-n", ns, "--timeout=60s")
+            assert cluster.get(ns, "short") is None
+            gone = cluster.kube.kubectl("get", "job", name, "-n", ns, check=False)
+            assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_two_diagnoses_on_one_job(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    """The second waits, saying for which, and runs when the first's capture is over."""
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path) as training:
+            _apply(cluster, ns, "first", training.name, steps=30, timeoutSeconds=240)
+            _wait_phase(cluster, ns, "first", "Capturing")
+            _apply(cluster, ns, "second", training.name, steps=10, timeoutSeconds=240)
+
+            def waiting() -> dict[str, Any] | None:
+                status = _status(cluster, ns, "second")
+                conds = [c for c in status.get("conditions") or [] if c["type"] == "Reconciling"]
+                return (
+                    conds[0] if conds and conds[0]["reason"] == "WaitingForOtherDiagnosis" else None
+                )
+
+            cond = cluster.wait_for(waiting, "second waiting for first")
+            assert _status(cluster, ns, "second")["phase"] == "Pending"
+            first = _wait_phase(cluster, ns, "first", "Succeeded", "Failed")
+            second = _wait_phase(cluster, ns, "second", "Succeeded", "Failed")
+    assert "PerfDiagnosis first" in cond["message"]
+    assert first["phase"] == "Succeeded" and second["phase"] == "Succeeded"
+    assert first["window"]["planId"] != second["window"]["planId"]
+    assert second["window"]["startTime"] >= first["window"]["completionTime"]
+    assert second["workers"]["captured"] == 4
+
+
+HANG_SCRIPT = Path(__file__).resolve().parents[1] / "e2e" / "hang_train.py"
+
+
+def test_hang_stacks_plan_names_the_stuck_rank(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    """Rank 3 blocks before its gradient all-reduce, the others wait in it: every rank stops
+    advancing, the operator asks for stacks, and the hang verdict names rank 3 and its pod."""
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    args = ["--mode=before-allreduce", "--rank=3", "--at-step=40", "--steps=100000000"]
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path, script=HANG_SCRIPT, args=args) as training:
+            body = cluster.diagnosis(
+                "stuck",
+                {"kind": "PyTorchJob", "name": training.name},
+                capture={"steps": 10, "timeoutSeconds": 240},
+                analysis={"stuckAfterSeconds": 10},
+            )
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+
+            def collecting() -> dict[str, Any] | None:
+                status = _status(cluster, ns, "stuck")
+                conds = [c for c in status.get("conditions") or [] if c["type"] == "Reconciling"]
+                return conds[0] if conds and conds[0]["reason"] == "CollectingStacks" else None
+
+            try:
+                asked = cluster.wait_for(collecting, "the stacks plan", timeout=120)
+            except AssertionError as exc:
+                status = json.dumps(_status(cluster, ns, "stuck"), indent=1)
+                raise AssertionError(f"{exc}\n{status}\n{training.logs()}") from None
+            done = _wait_phase(cluster, ns, "stuck", "Succeeded", "Failed", timeout=180)
+            events = cluster.events(ns, "stuck")
+            prefix = done["artifacts"]["prefix"]
+            stored = open_storage(prefix).list("workers/")
+    assert "rank(s) 0, 1, 2, 3 stopped advancing" in asked["message"], asked
+    assert ("Warning", "WorkersStuck") in events
+    assert done["phase"] == "Succeeded", done
+    verdict = done["verdict"]
+    assert verdict["status"] == "hang", verdict
+    assert verdict["culpritRanks"] == [3], verdict
+    assert verdict["culpritPods"] == [f"{training.name}-worker-0"], verdict
+    assert {f"workers/{r}/stacks.json" for r in range(4)} <= set(stored)

@@ -1,0 +1,117 @@
+"""What the webhook adds to a pod (pure; the apiserver round trip is test_webhook_cluster.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfdiag.operator.injection import (
+    AGENT_CONTAINER,
+    HOOK_DIR,
+    InjectionConfig,
+    inject,
+    injected,
+    rank_env,
+)
+
+CONFIG = InjectionConfig(image="perfdiag:1", storage="s3://b/p", storage_secret="creds")
+
+
+def _pod(env: list[dict[str, Any]] | None = None, *, label: str | None = "true") -> dict[str, Any]:
+    labels = {"perfdiag.io/inject": label} if label is not None else {}
+    return {
+        "metadata": {"name": "p", "labels": labels},
+        "spec": {
+            "initContainers": [{"name": "fetch", "image": "busybox"}],
+            "containers": [
+                {"name": "sidecar", "image": "envoy"},
+                {"name": "pytorch", "image": "t", "env": env or []},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }
+
+
+def _apply(pod: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = {**pod, "metadata": {**pod["metadata"], "annotations": patch["metadata"]["annotations"]}}
+    out["spec"] = {**pod["spec"], **patch["spec"]}
+    return out
+
+
+def test_only_opted_in_pods() -> None:
+    assert inject(_pod(label=None), CONFIG) is None
+    assert inject(_pod(label="false"), CONFIG) is None
+    assert inject(_pod(), CONFIG) is not None
+
+
+def test_idempotent() -> None:
+    pod = _pod()
+    patch = inject(pod, CONFIG)
+    assert patch is not None
+    once = _apply(pod, patch)
+    assert injected(once)
+    assert inject(once, CONFIG) is None
+    # The sidecar alone (annotation stripped, e.g. a copied spec) also counts as injected.
+    del once["metadata"]["annotations"]
+    assert inject(once, CONFIG) is None
+
+
+def test_training_container_and_user_lists_kept() -> None:
+    pod = _pod([{"name": "PYTHONPATH", "value": "/app"}, {"name": "X", "value": "1"}])
+    patch = inject(pod, CONFIG)
+    assert patch is not None
+    spec = patch["spec"]
+    sidecar, training = spec["containers"]
+    assert sidecar == {"name": "sidecar", "image": "envoy"}  # only the training container changes
+    env = {e["name"]: e.get("value") for e in training["env"]}
+    assert env["PYTHONPATH"] == f"{HOOK_DIR}:/app"
+    assert env["X"] == "1"
+    assert [c["name"] for c in spec["initContainers"]] == [
+        "fetch",
+        "perfdiag-hook",
+        AGENT_CONTAINER,
+    ]
+    assert spec["volumes"][0]["name"] == "data"
+    agent = spec["initContainers"][-1]
+    assert "s3://b/p/$(POD_NAMESPACE)" in agent["args"]
+    assert "--no-raw" in agent["args"]
+    assert agent["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
+
+
+def test_user_pythonpath_from_a_source_is_kept_by_reference() -> None:
+    source = {"configMapKeyRef": {"name": "cfg", "key": "path"}}
+    patch = inject(_pod([{"name": "PYTHONPATH", "valueFrom": source}]), CONFIG)
+    assert patch is not None
+    env = patch["spec"]["containers"][1]["env"]
+    names = [e["name"] for e in env]
+    assert names.index("PERFDIAG_USER_PYTHONPATH") < names.index("PYTHONPATH")
+    assert env[names.index("PERFDIAG_USER_PYTHONPATH")]["valueFrom"] == source
+    assert env[names.index("PYTHONPATH")]["value"] == f"{HOOK_DIR}:$(PERFDIAG_USER_PYTHONPATH)"
+
+
+def test_rank_env_copies_values_and_sources() -> None:
+    index = {
+        "fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        }
+    }
+    container = {
+        "env": [
+            {"name": "PET_NODE_RANK", "valueFrom": index},
+            {"name": "RANK", "value": "0"},
+            {"name": "LOCAL_RANK", "value": "0"},
+            {"name": "SECRET_TOKEN", "value": "x"},
+            {"name": "PET_NNODES", "value": "4"},
+        ]
+    }
+    assert [e["name"] for e in rank_env(container)] == [
+        "PET_NODE_RANK",
+        "RANK",
+        "LOCAL_RANK",
+        "PET_NNODES",
+    ]
+    assert rank_env(container)[0]["valueFrom"] == index
+
+
+def test_no_storage_configured_no_injection() -> None:
+    """An agent with nowhere to write would only crash-loop in the pod."""
+    assert inject(_pod(), InjectionConfig(image="i", storage=None, storage_secret="s")) is None

@@ -1,0 +1,175 @@
+"""The pod mutating webhook, called by the real kube-apiserver over TLS (test CA): kopf's
+WebhookServer in the in-process operator, the MutatingWebhookConfiguration kopf manages."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from perfdiag.operator.injection import AGENT_CONTAINER, COPY_CONTAINER
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("webhook_env")]
+
+CONFIGURATION = "perfdiag.io"
+
+
+def _training_pod(name: str, *, inject: bool = True) -> dict[str, Any]:
+    """A pod as the Kubeflow training operator creates it for a PyTorchJob replica."""
+    labels = {
+        "training.kubeflow.org/job-name": "demo",
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "0",
+    }
+    if inject:
+        labels["perfdiag.io/inject"] = "true"
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "pytorch-cpu:py3.8",
+                    "command": ["torchrun", "demo.py"],
+                    "env": [
+                        {"name": "PYTHONPATH", "value": "/workspace/lib"},
+                        {"name": "MASTER_PORT", "value": "23456"},
+                        {"name": "MASTER_ADDR", "value": "demo-master-0"},
+                        {"name": "WORLD_SIZE", "value": "2"},
+                        {"name": "RANK", "value": "1"},
+                        {"name": "PET_MASTER_ADDR", "value": "demo-master-0"},
+                        {"name": "PET_NPROC_PER_NODE", "value": "2"},
+                        {"name": "PET_NNODES", "value": "2"},
+                        {"name": "PET_NODE_RANK", "value": "1"},
+                        {"name": "HF_HOME", "value": "/cache"},
+                    ],
+                },
+                {"name": "logger", "image": "busybox"},
+            ]
+        },
+    }
+
+
+def _wait_for_webhook(cluster: Any, ns: str) -> None:
+    """Until the apiserver calls the webhook (kopf writes the configuration after its server
+    listens; the apiserver picks configurations up within a second)."""
+
+    def probe() -> bool:
+        pod = cluster.core.create_namespaced_pod(ns, _training_pod("probe"), dry_run="All")
+        names = [c.name for c in pod.spec.init_containers or []]
+        return AGENT_CONTAINER in names
+
+    cluster.wait_for(probe, "the apiserver calling the pod webhook", timeout=60)
+
+
+def test_apiserver_injects_opted_in_pods(cluster: Any, kube_namespace: str) -> None:
+    ns = kube_namespace
+    with cluster.operator(ns):
+        _wait_for_webhook(cluster, ns)
+        config = cluster.kube.kubectl(
+            "get", "mutatingwebhookconfiguration", CONFIGURATION, "-o", "json"
+        )
+        hooks = json.loads(config.stdout)["webhooks"]
+        assert len(hooks) == 1
+        hook = hooks[0]
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["clientConfig"]["url"].startswith("https://127.0.0.1:")
+        assert hook["clientConfig"]["caBundle"]
+        assert hook["objectSelector"] == {
+            "matchExpressions": [
+                {"key": "perfdiag.io/inject", "operator": "In", "values": ["true"]}
+            ]
+        }
+        assert hook["rules"][0]["operations"] == ["CREATE"]
+        assert hook["rules"][0]["resources"] == ["pods"]
+
+        cluster.core.create_namespaced_pod(ns, _training_pod("w-0"))
+        cluster.core.create_namespaced_pod(ns, _training_pod("plain", inject=False))
+        pod = cluster.core.read_namespaced_pod("w-0", ns).to_dict()
+        plain = cluster.core.read_namespaced_pod("plain", ns).to_dict()
+
+    assert pod["metadata"]["annotations"]["perfdiag.io/injected"]
+    spec = pod["spec"]
+    # Volumes: the hook folder, the spool, the pod's annotations (the plan file).
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["perfdiag-hook"]["empty_dir"] is not None
+    assert volumes["perfdiag-spool"]["empty_dir"] is not None
+    items = volumes["perfdiag-podinfo"]["downward_api"]["items"]
+    assert [(i["path"], i["field_ref"]["field_path"]) for i in items] == [
+        ("annotations", "metadata.annotations")
+    ]
+    init = {c["name"]: c for c in spec["init_containers"]}
+    assert [c["name"] for c in spec["init_containers"]] == [COPY_CONTAINER, AGENT_CONTAINER]
+    assert init[COPY_CONTAINER]["image"] == "perfdiag:test"
+    assert init[COPY_CONTAINER]["command"][-2:] == ["/opt/perfdiag/hook/.", "/perfdiag/hook/"]
+    agent = init[AGENT_CONTAINER]
+    assert agent["restart_policy"] == "Always"  # a native sidecar: the pod still completes
+    assert agent["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert agent["args"][:5] == ["agent", "--spool", "/perfdiag/spool", "--plan-file",
+                                 "/perfdiag/podinfo/annotations"]  # fmt: skip
+    assert "s3://perfdiag-test/perfdiag/$(POD_NAMESPACE)" in agent["args"]
+    agent_env = {e["name"]: e for e in agent["env"]}
+    for name, value in [
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "demo-master-0"),
+        ("MASTER_PORT", "23456"),
+        ("PET_NPROC_PER_NODE", "2"),
+        ("PET_NODE_RANK", "1"),
+    ]:
+        assert agent_env[name]["value"] == value
+    assert "HF_HOME" not in agent_env and "PYTHONPATH" not in agent_env
+    assert agent_env["POD_NAME"]["value_from"]["field_ref"]["field_path"] == "metadata.name"
+    assert agent["env_from"][0]["secret_ref"] == {"name": "perfdiag-storage", "optional": True}
+
+    training, logger = spec["containers"]
+    assert logger["name"] == "logger" and logger["env"] is None  # other containers untouched
+    env = {e["name"]: e["value"] for e in training["env"]}
+    assert env["PYTHONPATH"] == "/perfdiag/hook:/workspace/lib"  # the user's path kept
+    assert env["PERFDIAG_SPOOL"] == "/perfdiag/spool"
+    assert env["PERFDIAG_PLAN"] == "/perfdiag/podinfo/annotations"
+    assert env["HF_HOME"] == "/cache"
+    mounts = {m["name"]: m for m in training["volume_mounts"]}
+    assert mounts["perfdiag-hook"]["read_only"] is True
+    assert mounts["perfdiag-podinfo"]["mount_path"] == "/perfdiag/podinfo"
+
+    # Pods that did not opt in are never touched.
+    assert not (plain["metadata"]["annotations"] or {})
+    assert plain["spec"]["init_containers"] is None
+    assert [c["name"] for c in plain["spec"]["containers"]] == ["pytorch", "logger"]
+
+
+def test_reinvocation_is_idempotent(cluster: Any, kube_namespace: str) -> None:
+    """A pod that already carries the injection (re-invocation, or a pod re-created from an
+    injected spec) goes through unchanged."""
+    ns = kube_namespace
+    with cluster.operator(ns):
+        _wait_for_webhook(cluster, ns)
+        first = cluster.core.create_namespaced_pod(ns, _training_pod("a"))
+        again = copy.deepcopy(cluster.kube.api_client().sanitize_for_serialization(first))
+        again["metadata"] = {
+            "name": "b",
+            "labels": again["metadata"]["labels"],
+            "annotations": again["metadata"]["annotations"],
+        }
+        second = cluster.core.create_namespaced_pod(ns, again)
+    assert [c.name for c in second.spec.init_containers] == [COPY_CONTAINER, AGENT_CONTAINER]
+    assert len(second.spec.volumes) == len(first.spec.volumes)
+    assert [e.name for e in second.spec.containers[0].env] == [
+        e.name for e in first.spec.containers[0].env
+    ]
+
+
+def test_failure_policy_ignore_when_operator_is_down(cluster: Any, kube_namespace: str) -> None:
+    """The configuration stays (persistent) while no webhook answers; pods are still created,
+    without perfdiag, rather than refused."""
+    ns = kube_namespace
+    with cluster.operator(ns):
+        _wait_for_webhook(cluster, ns)
+    pod = cluster.core.create_namespaced_pod(ns, _training_pod("late"))
+    assert pod.spec.init_containers is None
+    assert not (pod.metadata.annotations or {}).get("perfdiag.io/injected")
+    cluster.kube.kubectl("get", "mutatingwebhookconfiguration", CONFIGURATION)
