@@ -224,7 +224,7 @@ def per_step_ms(
     if subset.num_rows == 0:
         return out
     sub_pos = np.searchsorted(ranks, subset.column("rank").to_numpy().astype(np.int64))
-    per_step = _padded_lists(subset.column("beta_per_step").combine_chunks(), n_steps)
+    per_step = padded_lists(subset.column("beta_per_step").combine_chunks(), n_steps)
     values = per_step * np.nan_to_num(durations)[sub_pos]
 
     lookup = {
@@ -248,7 +248,7 @@ def per_step_ms(
     return out
 
 
-def _padded_lists(lists: pa.ListArray, width: int) -> NDArray[np.float64]:
+def padded_lists(lists: pa.ListArray, width: int) -> NDArray[np.float64]:
     """A list<float> column as an (n, width) matrix, zero-padded (missing steps count 0)."""
     n = len(lists)
     out = np.zeros((n, width))

@@ -3,7 +3,9 @@
 When all (or most) ranks spend more of the window in a category than a well-running job does
 (Python overhead on a GPU job, a starving input pipeline, communication-bound scaling), every
 peer looks alike and only an absolute bound reveals it. Communication time that a named slow
-worker explains (its victims' waiting) is discounted first.
+worker explains (its victims' waiting) is discounted first. Like a slow worker, a rank is over
+a bound only when it is over in most steps (`min_persistence`): one long pause (a full GC right
+after the profiler started, a checkpoint) is not the job's shape.
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
-from perfdiag.analyzer.features import COMMUNICATION, Features, is_named_function
+from perfdiag.analyzer.compare import MIN_STEPS_FOR_PERSISTENCE
+from perfdiag.analyzer.features import (
+    COMMUNICATION,
+    Features,
+    is_named_function,
+    padded_lists,
+    waiting_rows,
+)
 from perfdiag.analyzer.fusion import Fusion
 from perfdiag.analyzer.peers import PeerGroups
 from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
@@ -72,6 +82,9 @@ def check_expected_ranges(
         over = beta > bound
         if over.sum() < thresholds.expected_range_rank_fraction * n_ranks:
             continue
+        over &= _persistently_over(summary, features, category, bound, discount, thresholds)
+        if over.sum() < thresholds.expected_range_rank_fraction * n_ranks:
+            continue
         severity = float(np.clip(np.median(np.maximum(beta - bound, 0.0)), 0.0, 1.0))
         violations.append(
             RangeViolation(
@@ -87,6 +100,38 @@ def check_expected_ranges(
             )
         )
     return violations
+
+
+def _persistently_over(
+    summary: pa.Table,
+    features: Features,
+    category: str,
+    bound: float,
+    discount: NDArray[np.float64],
+    thresholds: Thresholds,
+) -> NDArray[np.bool_]:
+    """Ranks whose per-step β of `category` exceeds `bound` in at least `min_persistence` of
+    their steps (True where too few steps to judge). Rows counted as the category feature
+    counts them: waiting frames belong to communication only."""
+    durations = features.steps.durations_ms
+    n_ranks, n_steps = durations.shape
+    rows = summary.filter(pc.equal(summary.column("category"), category))
+    if category != COMMUNICATION and rows.num_rows:
+        rows = rows.filter(pa.array(~waiting_rows(rows)))
+    per_step = np.zeros((n_ranks, n_steps))
+    if rows.num_rows:
+        rank_of_row = rows.column("rank").to_numpy().astype(np.int64)
+        position = np.clip(np.searchsorted(features.ranks, rank_of_row), 0, n_ranks - 1)
+        known = features.ranks[position] == rank_of_row
+        values = padded_lists(rows.column("beta_per_step").combine_chunks(), n_steps)
+        np.add.at(per_step, position[known], values[known])
+    valid = ~np.isnan(durations)
+    shows = valid & (per_step - discount[:, None] > bound)
+    n_valid = valid.sum(axis=1)
+    judged = n_valid >= MIN_STEPS_FOR_PERSISTENCE
+    return np.asarray(
+        ~judged | (shows.sum(axis=1) >= thresholds.min_persistence * n_valid), dtype=np.bool_
+    )
 
 
 def _top_functions(summary: pa.Table, category: str, n_ranks: int) -> list[tuple[str, float]]:

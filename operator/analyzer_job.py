@@ -8,16 +8,20 @@ resource requests and limits, a deadline (activeDeadlineSeconds) and a TTL.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfdiag.api.diagnosis import API_VERSION, KIND
+from perfdiag.operator.injection import storage_env
+from perfdiag.operator.settings import DEFAULT_ANALYZER_RESOURCES
 
 ANALYZER_CONTAINER = "analyzer"
 DIAGNOSIS_LABEL = "perfdiag.io/diagnosis"
 MAX_NAME = 63
+ANALYZER_RESOURCES = DEFAULT_ANALYZER_RESOURCES.to_wire()
 
 
 def job_name(name: str, uid: str) -> str:
@@ -37,8 +41,13 @@ def analyzer_job(
     deadline_seconds: int,
     ttl_seconds: int,
     thresholds: Mapping[str, Any] | None = None,
+    resources: Mapping[str, Any] | None = None,
+    storage_endpoint: str | None = None,
+    storage_region: str | None = None,
 ) -> dict[str, Any]:
-    """`thresholds`: the diagnosis' spec.analysis (set fields only), passed as --thresholds."""
+    """`thresholds`: the diagnosis' spec.analysis (set fields only), passed as --thresholds;
+    `resources`: the container's (default ANALYZER_RESOURCES); `storage_endpoint`/`_region`: the
+    operator's S3 endpoint and region, set as AWS_ENDPOINT_URL / AWS_REGION (over the Secret's)."""
     meta = diagnosis["metadata"]
     labels = {
         "app.kubernetes.io/name": "perfdiag",
@@ -81,11 +90,9 @@ def analyzer_job(
                             "name": ANALYZER_CONTAINER,
                             "image": image,
                             "args": args,
+                            "env": storage_env(storage_endpoint, storage_region),
                             "envFrom": [{"secretRef": {"name": storage_secret, "optional": True}}],
-                            "resources": {
-                                "requests": {"cpu": "500m", "memory": "512Mi"},
-                                "limits": {"memory": "4Gi"},
-                            },
+                            "resources": copy.deepcopy(dict(resources or ANALYZER_RESOURCES)),
                         }
                     ],
                 },

@@ -141,10 +141,11 @@ def on_delete(
     namespace: str | None,
     name: str,
     uid: str,
+    spec: Mapping[str, Any],
     status: Mapping[str, Any],
     memo: Any,
     logger: Any,
     **_: Any,
 ) -> None:
-    removed = memo["reconciler"].cleanup(namespace or "", name, uid, _status(status))
+    removed = memo["reconciler"].cleanup(namespace or "", name, uid, _status(status), _spec(spec))
     logger.info("removed the plan from %d target pod(s); analyzer Job deleted", removed)

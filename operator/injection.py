@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdiag import __version__
-from perfdiag.operator.settings import INJECT_LABEL, INJECTED_ANNOTATION
+from perfdiag.operator.settings import (
+    DEFAULT_AGENT_RESOURCES,
+    INJECT_LABEL,
+    INJECTED_ANNOTATION,
+)
 
 HOOK_VOLUME = "perfdiag-hook"
 SPOOL_VOLUME = "perfdiag-spool"
@@ -43,12 +47,31 @@ RANK_ENV = frozenset(
 RANK_ENV_PREFIXES = ("PET_",)
 
 
+AGENT_RESOURCES = DEFAULT_AGENT_RESOURCES.to_wire()
+
+
 @dataclass(frozen=True)
 class InjectionConfig:
     image: str
     storage: str | None  # s3://bucket/prefix; the agent writes under <storage>/<namespace>/
     storage_secret: str
     keep_raw: bool = False
+    resources: Mapping[str, Any] | None = None  # the agent's; default AGENT_RESOURCES
+    # The operator's S3 endpoint and region, set as AWS_ENDPOINT_URL / AWS_REGION on the agent
+    # (an env entry wins over the Secret's envFrom): the namespace's Secret then needs only the
+    # credentials, and the agents write where the operator reads.
+    storage_endpoint: str | None = None
+    storage_region: str | None = None
+
+
+def storage_env(endpoint: str | None, region: str | None) -> list[dict[str, Any]]:
+    """AWS_ENDPOINT_URL / AWS_REGION entries for a container (agent, analyzer) when known."""
+    env = []
+    if endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": endpoint})
+    if region:
+        env.append({"name": "AWS_REGION", "value": region})
+    return env
 
 
 def opted_in(pod: Mapping[str, Any]) -> bool:
@@ -114,6 +137,7 @@ def _agent(training: Mapping[str, Any], config: InjectionConfig) -> dict[str, An
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         *rank_env(training),
+        *storage_env(config.storage_endpoint, config.storage_region),
     ]
     return {
         "name": AGENT_CONTAINER,
@@ -122,10 +146,7 @@ def _agent(training: Mapping[str, Any], config: InjectionConfig) -> dict[str, An
         "env": env,
         "envFrom": [{"secretRef": {"name": config.storage_secret, "optional": True}}],
         "restartPolicy": "Always",  # native sidecar: ends with the pod, restarts if it dies
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "256Mi"},
-            "limits": {"memory": "1Gi"},
-        },
+        "resources": copy.deepcopy(dict(config.resources or AGENT_RESOURCES)),
         "volumeMounts": [
             {"name": SPOOL_VOLUME, "mountPath": SPOOL_DIR},
             {"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True},

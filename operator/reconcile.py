@@ -22,7 +22,12 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from perfdiag.api.diagnosis import TERMINAL_PHASES, PerfDiagnosisSpec, PerfDiagnosisStatus
+from perfdiag.api.diagnosis import (
+    TERMINAL_PHASES,
+    PerfDiagnosisSpec,
+    PerfDiagnosisStatus,
+    Target,
+)
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
@@ -198,6 +203,9 @@ class Reconciler:
                     deadline_seconds=self.config.analyzer_deadline_seconds,
                     ttl_seconds=self.config.analyzer_ttl_seconds,
                     thresholds=spec.analysis.to_wire(),
+                    resources=self.config.analyzer_resources.to_wire(),
+                    storage_endpoint=self.config.storage_endpoint,
+                    storage_region=self.config.storage_region,
                 )
                 if self.kube.create_job(namespace, job):
                     decision.events.append(
@@ -213,14 +221,7 @@ class Reconciler:
         spec: PerfDiagnosisSpec,
         status: PerfDiagnosisStatus,
     ) -> World:
-        selector = pod_selector(spec.target)
-        if selector is None:
-            assert spec.target.name is not None
-            pod = self.kube.get_pod(namespace, spec.target.name)
-            pods = [pod] if pod is not None else []
-        else:
-            pods = self.kube.list_pods(namespace, selector)
-        pods = [p for p in pods if is_live(p)]
+        pods = [p for p in self._target_pods(namespace, spec.target) if is_live(p)]
         world = World(pods=pods)
         prefix = status.artifacts.prefix if status.artifacts else None
         if prefix is None or status.phase == "Pending":
@@ -253,6 +254,15 @@ class Reconciler:
             job = job_state(raw_job) if raw_job is not None else None
             return World(pods=pods, job=job, storage_error=str(exc))
 
+    def _target_pods(self, namespace: str, target: Target) -> list[dict[str, Any]]:
+        """The target's pods: the named pod, or the pods its selector matches."""
+        selector = pod_selector(target)
+        if selector is None:
+            assert target.name is not None
+            pod = self.kube.get_pod(namespace, target.name)
+            return [pod] if pod is not None else []
+        return self.kube.list_pods(namespace, selector)
+
     def _disarm(
         self, namespace: str, status: PerfDiagnosisStatus | None, pods: list[dict[str, Any]]
     ) -> int:
@@ -273,17 +283,27 @@ class Reconciler:
             log.warning("could not post event %s: %s", event.reason, exc)
 
     def cleanup(
-        self, namespace: str, name: str, uid: str, status: PerfDiagnosisStatus | None
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        status: PerfDiagnosisStatus | None,
+        spec: PerfDiagnosisSpec | None = None,
     ) -> int:
         """Before the diagnosis is deleted: remove its plan from its target pods, so a capture
         that has not started yet never starts, and delete its analyzer Job (the garbage
         collector would, through the ownerReference; doing it now stops the work at once).
-        Returns how many pods were changed."""
+        The pods are the spec's target (a named pod has no selector in the status), else the
+        status' selector. Returns how many pods were changed."""
         self.kube.delete_job(namespace, job_name(name, uid))
-        selector = status.target.selector if status and status.target else None
-        if selector is None:
-            return 0
-        return self._disarm(namespace, status, self.kube.list_pods(namespace, selector))
+        if spec is not None:
+            pods = self._target_pods(namespace, spec.target)
+        else:
+            selector = status.target.selector if status and status.target else None
+            if selector is None:
+                return 0
+            pods = self.kube.list_pods(namespace, selector)
+        return self._disarm(namespace, status, pods)
 
 
 def _worker_statuses(storage: Storage, status: PerfDiagnosisStatus) -> dict[int, WorkerStatus]:

@@ -12,11 +12,12 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import kopf
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from perfdiag import __version__
 
@@ -34,6 +35,31 @@ DEFAULT_IMAGE = f"ghcr.io/perfdiag/perfdiag:{__version__}"
 DEFAULT_STORAGE_SECRET = "perfdiag-storage"
 
 
+class Resources(BaseModel):
+    """A container's resources (core/v1 ResourceRequirements: requests and limits), as the chart
+    renders them into PERFDIAG_AGENT_RESOURCES / PERFDIAG_ANALYZER_RESOURCES (JSON)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: dict[str, str | int | float] = Field(default_factory=dict)
+    limits: dict[str, str | int | float] = Field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {}
+        for key, values in (("requests", self.requests), ("limits", self.limits)):
+            if values:
+                wire[key] = {name: str(value) for name, value in values.items()}
+        return wire
+
+
+DEFAULT_AGENT_RESOURCES = Resources(
+    requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "1Gi"}
+)
+DEFAULT_ANALYZER_RESOURCES = Resources(
+    requests={"cpu": "500m", "memory": "512Mi"}, limits={"memory": "4Gi"}
+)
+
+
 @dataclass(frozen=True)
 class WebhookConfig:
     """Where the pod mutating webhook is served (kopf.WebhookServer) and how the API server
@@ -46,6 +72,9 @@ class WebhookConfig:
     addr: str = "0.0.0.0"  # listening address
     host: str | None = None  # host name or address in the webhook URL; default: addr
     configuration: str = "perfdiag.io"  # name of the MutatingWebhookConfiguration kopf manages
+    # False (PERFDIAG_WEBHOOK_MANAGE=false, the Helm chart): someone else owns the configuration
+    # and kopf must not create or patch one (the chart's RBAC does not allow it).
+    manage: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,7 +85,13 @@ class OperatorConfig:
     image: str = DEFAULT_IMAGE  # the perfdiag image: init container, agent sidecar, analyzer Job
     storage: str | None = None  # default storage root, s3://bucket/prefix (PERFDIAG_STORAGE)
     storage_secret: str = DEFAULT_STORAGE_SECRET  # Secret (per namespace) with the AWS_* vars
+    # S3 endpoint and region given to the agents and the analyzer Job (PERFDIAG_STORAGE_ENDPOINT,
+    # PERFDIAG_STORAGE_REGION), so the namespaces' Secrets need only the credentials.
+    storage_endpoint: str | None = None
+    storage_region: str | None = None
     webhook: WebhookConfig | None = None
+    agent_resources: Resources = field(default_factory=lambda: DEFAULT_AGENT_RESOURCES)
+    analyzer_resources: Resources = field(default_factory=lambda: DEFAULT_ANALYZER_RESOURCES)
     analyzer_deadline_seconds: int = 900
     analyzer_ttl_seconds: int = 3600
 
@@ -79,7 +114,58 @@ class OperatorConfig:
             config = replace(config, storage=env["PERFDIAG_STORAGE"].rstrip("/"))
         if env.get("PERFDIAG_STORAGE_SECRET"):
             config = replace(config, storage_secret=env["PERFDIAG_STORAGE_SECRET"])
+        if env.get("PERFDIAG_STORAGE_ENDPOINT"):
+            config = replace(config, storage_endpoint=env["PERFDIAG_STORAGE_ENDPOINT"])
+        if env.get("PERFDIAG_STORAGE_REGION"):
+            config = replace(config, storage_region=env["PERFDIAG_STORAGE_REGION"])
+        if env.get("PERFDIAG_AGENT_RESOURCES"):
+            agent = _resources("PERFDIAG_AGENT_RESOURCES", env["PERFDIAG_AGENT_RESOURCES"])
+            config = replace(config, agent_resources=agent)
+        if env.get("PERFDIAG_ANALYZER_RESOURCES"):
+            analyzer = _resources("PERFDIAG_ANALYZER_RESOURCES", env["PERFDIAG_ANALYZER_RESOURCES"])
+            config = replace(config, analyzer_resources=analyzer)
+        if env.get(DEADLINE_ENV):
+            deadline = _bounded_int(DEADLINE_ENV, env[DEADLINE_ENV], 1, 7 * 86400)
+            config = replace(config, analyzer_deadline_seconds=deadline)
+        if env.get(TTL_ENV):
+            config = replace(
+                config, analyzer_ttl_seconds=_bounded_int(TTL_ENV, env[TTL_ENV], 0, 30 * 86400)
+            )
         return replace(config, webhook=_webhook_from_env())
+
+
+DEADLINE_ENV = "PERFDIAG_ANALYZER_DEADLINE_SECONDS"
+TTL_ENV = "PERFDIAG_ANALYZER_TTL_SECONDS"
+_INT = TypeAdapter(int)
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    parts = []
+    for err in errors[:3]:
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
+    return "; ".join(parts)
+
+
+def _resources(variable: str, raw: str) -> Resources:
+    try:
+        return Resources.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ValueError(
+            f"{variable}={raw!r} is not a resources object "
+            f'({{"requests": {{...}}, "limits": {{...}}}}): {_first_error(exc)}'
+        ) from None
+
+
+def _bounded_int(variable: str, raw: str, low: int, high: int) -> int:
+    try:
+        value = _INT.validate_json(raw.strip())
+    except ValidationError:
+        raise ValueError(f"{variable}={raw!r} is not a whole number of seconds") from None
+    if not low <= value <= high:
+        raise ValueError(f"{variable}={raw!r}: expected {low} to {high} seconds")
+    return value
 
 
 def _webhook_from_env() -> WebhookConfig | None:
@@ -97,6 +183,9 @@ def _webhook_from_env() -> WebhookConfig | None:
             "name the webhook's TLS certificate and key files"
         )
     ca = env.get("PERFDIAG_WEBHOOK_CA")
+    manage = env.get("PERFDIAG_WEBHOOK_MANAGE", "true").strip().lower()
+    if manage not in ("true", "false"):
+        raise ValueError(f"PERFDIAG_WEBHOOK_MANAGE={manage!r}: expected true or false")
     return WebhookConfig(
         port=int(port),
         cert_file=Path(cert),
@@ -104,6 +193,7 @@ def _webhook_from_env() -> WebhookConfig | None:
         ca_file=Path(ca) if ca else None,
         addr=env.get("PERFDIAG_WEBHOOK_ADDR", "0.0.0.0"),
         host=env.get("PERFDIAG_WEBHOOK_HOST") or None,
+        manage=manage == "true",
     )
 
 
@@ -123,8 +213,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 def configure_webhook(settings: kopf.OperatorSettings, webhook: WebhookConfig) -> None:
-    """Serve the admission webhooks with TLS and let kopf keep the MutatingWebhookConfiguration
-    `webhook.configuration` pointing at this server (created if absent)."""
+    """Serve the admission webhooks with TLS and, unless `webhook.manage` is off, let kopf keep
+    the MutatingWebhookConfiguration `webhook.configuration` pointing at this server (created if
+    absent). Off (the Helm chart): kopf touches no configuration; without that, kopf would try to
+    create one, get 403 Forbidden from the chart's RBAC and stop the operator."""
     settings.admission.server = kopf.WebhookServer(
         addr=webhook.addr,
         port=webhook.port or None,
@@ -133,7 +225,7 @@ def configure_webhook(settings: kopf.OperatorSettings, webhook: WebhookConfig) -
         pkeyfile=str(webhook.key_file),
         cafile=str(webhook.ca_file) if webhook.ca_file else None,
     )
-    settings.admission.managed = webhook.configuration
+    settings.admission.managed = webhook.configuration if webhook.manage else None
 
 
 class _NoWebhookServer:

@@ -24,7 +24,12 @@ log = logging.getLogger("perfdiag.operator.webhook")
 
 def injection_config(config: OperatorConfig) -> InjectionConfig:
     return InjectionConfig(
-        image=config.image, storage=config.storage, storage_secret=config.storage_secret
+        image=config.image,
+        storage=config.storage,
+        storage_secret=config.storage_secret,
+        resources=config.agent_resources.to_wire(),
+        storage_endpoint=config.storage_endpoint,
+        storage_region=config.storage_region,
     )
 
 

@@ -8,6 +8,8 @@ Exit codes (documented in docs/cli.md):
   3  the training process failed (its exit code and last lines are shown)
   4  the training ended before the capture window completed
   5  SOURCE holds no capture
+  6  demo: the verdict does not name the injected fault
+  7  the training hung (the hang verdict was printed; perfdiag stopped the training)
   130 interrupted
 """
 

@@ -175,6 +175,25 @@ def test_job_wide_dataloader_starvation_is_expected_range_on_all_ranks() -> None
     assert not [f for f in verdict.findings if f.kind == "slow_worker"]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_one_long_pause_on_every_rank_is_not_an_expected_range_problem(seed: int) -> None:
+    # A full GC of 700 ms on every rank in the first step (seen right after the profiler
+    # starts): 70 ms/step on average, far over the gc bound, but in 1 step of 10.
+    job = SyntheticJob(
+        n_ranks=4,
+        seed=seed,
+        faults=[Fault([0, 1, 2, 3], "gc.collect(gen=2)", "gc", 700.0, steps=[0])],
+    )
+    verdict = run(job).verdict
+    assert not [f for f in verdict.findings if f.kind == "expected_range"], verdict.summary
+    # The same pause in every step is the job's shape and is reported.
+    every_step = SyntheticJob(
+        n_ranks=4, seed=seed, faults=[Fault([0, 1, 2, 3], "gc.collect(gen=2)", "gc", 70.0)]
+    )
+    ranges = [f for f in run(every_step).verdict.findings if f.kind == "expected_range"]
+    assert [(f.category, f.ranks) for f in ranges] == [("gc", [0, 1, 2, 3])]
+
+
 def test_gpu_job_uses_gpu_ranges() -> None:
     job = SyntheticJob(n_ranks=4, seed=11, gpu=True, scale={"cuda_runtime": 20.0})
     verdict = run(job).verdict

@@ -179,6 +179,44 @@ def test_storage_is_configured_by_reference() -> None:
     assert env["AWS_ENDPOINT_URL"] == "http://minio.minio:9000"
     assert env["PERFDIAG_STORAGE_SECRET"] == "perfdiag-storage"
     assert container["envFrom"] == [{"secretRef": {"name": "perfdiag-storage"}}]
+    assert env["PERFDIAG_STORAGE_ENDPOINT"] == "http://minio.minio:9000"  # for the agents
+    assert env["PERFDIAG_STORAGE_REGION"] == "us-east-1"
+
+
+def test_the_operator_reads_every_value_the_chart_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rendered environment goes through OperatorConfig.from_env as the pod's would."""
+    from perfdiag.operator.settings import OperatorConfig
+
+    docs = objects(
+        render(
+            "storage",
+            extra=(
+                "--set", "agent.resources.requests.cpu=300m",
+                "--set", "analyzer.resources.limits.memory=6Gi",
+                "--set", "analyzer.activeDeadlineSeconds=1800",
+                "--set", "analyzer.ttlSecondsAfterFinished=120",
+            ),
+        )
+    )  # fmt: skip
+    [deployment] = by_kind(docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    for var in container["env"]:
+        monkeypatch.setenv(var["name"], var["value"])
+    config = OperatorConfig.from_env()
+    assert config.storage == "s3://ml-diagnostics/perfdiag"
+    assert config.agent_resources.to_wire() == {
+        "requests": {"cpu": "300m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert config.analyzer_resources.to_wire()["limits"] == {"memory": "6Gi"}
+    assert (config.analyzer_deadline_seconds, config.analyzer_ttl_seconds) == (1800, 120)
+    assert (config.storage_endpoint, config.storage_region) == (
+        "http://minio.minio:9000",
+        "us-east-1",
+    )
+    assert config.webhook is not None and not config.webhook.manage
 
 
 def test_cert_manager_mode_injects_the_ca() -> None:

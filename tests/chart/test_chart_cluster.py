@@ -6,9 +6,11 @@ the operator run with that ServiceAccount's token exactly as the chart's Deploym
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ from perfdiag.testing.kube_schemas import (
     write_builtin_schemas,
     write_crd_schemas,
 )
+from perfdiag.testing.processes import free_port
 from tests.chart.chart_support import (
     CERT_MANAGER_KINDS,
     CHART,
@@ -317,10 +320,13 @@ def _wait(probe: Any, what: str, timeout: float = 60) -> Any:
 def test_operator_runs_under_the_chart_service_account_token(
     install: Any, kube_cluster: KubeCluster, minio_server: Any, tmp_path: Path
 ) -> None:
-    """The chart's Deployment command and environment, with the ServiceAccount's own token
-    instead of admin: a diagnosis of a missing pod stalls (status, events), one of an injected
-    pod arms the capture (plan in storage and on the pod), and deleting it while capturing
-    takes the plan off the pod again (the finalizer)."""
+    """The chart's Deployment command and environment (webhook enabled, with the chart's
+    generated certificate), with the ServiceAccount's own token instead of admin: the webhook
+    server answers an AdmissionReview with the chart's values, kopf leaves the chart's
+    MutatingWebhookConfiguration alone (PERFDIAG_WEBHOOK_MANAGE=false; the chart's RBAC could
+    not let it write one), a diagnosis of a missing pod stalls (status, events), one of an
+    injected pod arms the capture (plan in storage and on the pod), and deleting it while
+    capturing takes the plan off the pod again (the finalizer)."""
     team = f"team-{secrets.token_hex(3)}"
     kube_cluster.kubectl("create", "namespace", team)
     storage = f"s3://{minio_server.bucket}/chart-{secrets.token_hex(3)}"
@@ -328,7 +334,8 @@ def test_operator_runs_under_the_chart_service_account_token(
         "namespaced",
         f"watchNamespaces={{{team}}}",
         f"storage.uri={storage}",
-        "webhook.enabled=false",  # see docs/install.md: the webhook is served by the same process
+        "storage.endpoint=http://minio.example:9000",
+        "agent.resources.requests.cpu=250m",
     )
     sa_kubeconfig = _token_kubeconfig(kube_cluster, release, tmp_path / "sa-kubeconfig")
     whoami = subprocess.run(
@@ -345,6 +352,26 @@ def test_operator_runs_under_the_chart_service_account_token(
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     env.update(minio_server.env())  # what envFrom of the credentials Secret gives the pod
     env["PERFDIAG_RECHECK_SECONDS"] = "1"
+    # The webhook TLS Secret as the pod mounts it, and a free port instead of the pod's own.
+    assert env["PERFDIAG_WEBHOOK_MANAGE"] == "false"
+    [tls] = [d for d in by_kind(release.docs, "Secret") if d["type"] == "kubernetes.io/tls"]
+    for key in ("tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(tls["data"][key]))
+    ca_pem = base64.b64decode(tls["data"]["ca.crt"]).decode()
+    port = free_port()
+    env.update(
+        PERFDIAG_WEBHOOK_CERT=str(tmp_path / "tls.crt"),
+        PERFDIAG_WEBHOOK_KEY=str(tmp_path / "tls.key"),
+        PERFDIAG_WEBHOOK_PORT=str(port),
+        PERFDIAG_WEBHOOK_ADDR="127.0.0.1",
+    )
+    [config] = by_kind(release.docs, "MutatingWebhookConfiguration")
+    config_name = config["metadata"]["name"]
+    before = json.loads(
+        kube_cluster.kubectl(
+            "get", "mutatingwebhookconfiguration", config_name, "-o", "json"
+        ).stdout
+    )
     args = [a for a in container["args"] if not a.startswith("--liveness")]
     args = [a if not a.startswith("--recheck-seconds") else "--recheck-seconds=1" for a in args]
     log = tmp_path / "operator.log"
@@ -357,14 +384,86 @@ def test_operator_runs_under_the_chart_service_account_token(
         )
     try:
         try:
+            _exercise_webhook(port, ca_pem, team, storage)
             _exercise_operator(kube_cluster, team, storage, minio_server)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\noperator log:\n{log.read_text()[-6000:]}") from exc
+        assert proc.poll() is None, log.read_text()[-4000:]  # still running
         text = log.read_text()
         assert "Forbidden" not in text and "403" not in text, text[-4000:]
+        after = json.loads(
+            kube_cluster.kubectl(
+                "get", "mutatingwebhookconfiguration", config_name, "-o", "json"
+            ).stdout
+        )
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert after["webhooks"] == before["webhooks"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _exercise_webhook(port: int, ca_pem: str, ns: str, storage: str) -> None:
+    """An AdmissionReview as the API server sends it, over TLS verified with the chart's CA:
+    the answer injects the agent with the chart's resources and storage endpoint."""
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b6c9e1e-2f4e-4f0e-9a55-6d7b8f1c2a3d",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "worker-9",
+            "namespace": ns,
+            "operation": "CREATE",
+            "userInfo": {"username": "test"},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "worker-9",
+                    "namespace": ns,
+                    "labels": {"perfdiag.io/inject": "true"},
+                },
+                "spec": {"containers": [{"name": "pytorch", "image": "pytorch:none"}]},
+            },
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+    context = ssl.create_default_context(cadata=ca_pem)
+    context.check_hostname = False  # the certificate names the Service; the chain is verified
+
+    def answer() -> Any:
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        try:
+            connection.request(
+                "POST",
+                "/inject.pods",
+                body=json.dumps(review),
+                headers={"Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        except (OSError, http.client.HTTPException):
+            return None  # not listening yet
+        finally:
+            connection.close()
+
+    status, body = _wait(answer, "the webhook server", 60)
+    assert status == 200, body
+    result = body["response"]
+    assert result["allowed"] is True and result["patchType"] == "JSONPatch", result
+    patch = json.loads(base64.b64decode(result["patch"]))
+    [init] = [op["value"] for op in patch if op["path"] == "/spec/initContainers"]
+    [agent] = [c for c in init if c["name"] == "perfdiag-agent"]
+    assert agent["resources"]["requests"]["cpu"] == "250m"  # agent.resources from the chart
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["AWS_ENDPOINT_URL"] == "http://minio.example:9000"  # storage.endpoint
+    assert f"{storage}/$(POD_NAMESPACE)" in agent["args"]
 
 
 def _get(cluster: KubeCluster, ns: str, kind: str, name: str) -> Any:

@@ -296,5 +296,28 @@ def test_analyzer_job_manifest() -> None:
     assert job_state({"status": {}}).outcome == "running"
 
 
+def test_analyzer_job_resources_and_storage_endpoint() -> None:
+    diag = {"metadata": {"name": "d", "namespace": "ns", "uid": UID}}
+    job = analyzer_job(
+        diag, prefix="s3://b/x", expected_ranks=2, image="img", storage_secret="creds",
+        deadline_seconds=60, ttl_seconds=0,
+        resources={"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"memory": "8Gi"}},
+        storage_endpoint="http://minio.minio:9000", storage_region="eu-west-1",
+    )  # fmt: skip
+    assert (
+        job["spec"]["activeDeadlineSeconds"] == 60 and job["spec"]["ttlSecondsAfterFinished"] == 0
+    )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "1Gi"},
+        "limits": {"memory": "8Gi"},
+    }
+    assert container["env"] == [
+        {"name": "AWS_ENDPOINT_URL", "value": "http://minio.minio:9000"},
+        {"name": "AWS_REGION", "value": "eu-west-1"},
+    ]
+    assert container["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
+
+
 def test_expected_ranks_from_pod_env() -> None:
     assert expected_ranks([_pod("a", nproc="8"), _pod("b", nproc="auto")]) == 9

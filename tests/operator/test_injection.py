@@ -115,3 +115,28 @@ def test_rank_env_copies_values_and_sources() -> None:
 def test_no_storage_configured_no_injection() -> None:
     """An agent with nowhere to write would only crash-loop in the pod."""
     assert inject(_pod(), InjectionConfig(image="i", storage=None, storage_secret="s")) is None
+
+
+def test_agent_resources_and_storage_endpoint_from_the_operator() -> None:
+    config = InjectionConfig(
+        image="i",
+        storage="s3://b/p",
+        storage_secret="creds",
+        resources={"requests": {"cpu": "50m"}, "limits": {"memory": "2Gi"}},
+        storage_endpoint="http://minio.minio:9000",
+        storage_region="eu-west-1",
+    )
+    patch = inject(_pod(), config)
+    assert patch is not None
+    [agent] = [c for c in patch["spec"]["initContainers"] if c["name"] == AGENT_CONTAINER]
+    assert agent["resources"] == {"requests": {"cpu": "50m"}, "limits": {"memory": "2Gi"}}
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["AWS_ENDPOINT_URL"] == "http://minio.minio:9000"
+    assert env["AWS_REGION"] == "eu-west-1"
+    assert agent["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
+    # Without an endpoint the Secret alone says where storage is.
+    default = inject(_pod(), CONFIG)
+    assert default is not None
+    [agent] = [c for c in default["spec"]["initContainers"] if c["name"] == AGENT_CONTAINER]
+    assert not {"AWS_ENDPOINT_URL", "AWS_REGION"} & {e["name"] for e in agent["env"]}
+    assert agent["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}

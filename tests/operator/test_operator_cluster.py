@@ -287,6 +287,30 @@ def test_finalizer_only_while_capturing_and_deletion_cleans_the_plan(
     cluster.wait_for(lambda: cluster.get(ns, "stuck") is None, "deleted after the recovery patch")
 
 
+def test_deleting_a_capture_of_one_named_pod_takes_its_plan_off(
+    cluster: Any, kube_namespace: str
+) -> None:
+    """A target named directly (kind Pods, name) has no selector in the status: the cleanup
+    finds the pod through the spec."""
+    ns = kube_namespace
+    cluster.create_pods(ns, {"app": "solo"}, "solo-0", "solo-1")
+    plan = json.dumps({"id": "plan-solo", "action": "capture", "steps": 10})
+    for pod in ("solo-0", "solo-1"):
+        cluster.core.patch_namespaced_pod(
+            pod, ns, {"metadata": {"annotations": {"perfdiag.io/plan": plan}}}
+        )
+    with cluster.operator(ns):
+        cluster.apply(ns, cluster.diagnosis("one", {"kind": "Pods", "name": "solo-0"}))
+        cluster.wait_condition(ns, "one", "TargetResolved", "True")
+        assert cluster.get(ns, "one")["status"]["target"].get("selector") is None
+        _start_capture(cluster, ns, "one", "plan-solo")
+        cluster.wait_for(lambda: cluster.get(ns, "one")["metadata"].get("finalizers"), "finalizer")
+        cluster.kubectl("delete", "pdiag", "one", "-n", ns, "--timeout=30s")
+        assert cluster.get(ns, "one") is None
+        # The named pod's plan is gone; the other pod (not the target) keeps its own.
+        assert _plans(cluster, ns) == {"solo-0": None, "solo-1": plan}
+
+
 def test_finished_target_fails_and_ttl_deletes(cluster: Any, kube_namespace: str) -> None:
     ns = kube_namespace
     cluster.apply(ns, cluster.pytorchjob("done"))

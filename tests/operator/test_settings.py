@@ -5,7 +5,7 @@ from __future__ import annotations
 import kopf
 import pytest
 
-from perfdiag.operator.settings import OperatorConfig, configure
+from perfdiag.operator.settings import OperatorConfig, configure, configure_webhook
 
 
 def test_kopf_bookkeeping_lives_under_perfdiag_io() -> None:
@@ -52,4 +52,84 @@ def test_storage_image_and_webhook_from_env(monkeypatch: pytest.MonkeyPatch) -> 
     assert (config.webhook.port, str(config.webhook.cert_file)) == (9443, "/tls/tls.crt")
     monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "https")
     with pytest.raises(ValueError, match="not a port number"):
+        OperatorConfig.from_env()
+
+
+CHART_ENV = {
+    # What charts/perfdiag/templates/deployment.yaml renders from its default values.
+    "PERFDIAG_AGENT_RESOURCES": '{"limits":{"memory":"1Gi"},"requests":{"cpu":"100m","memory":"256Mi"}}',
+    "PERFDIAG_ANALYZER_RESOURCES": '{"limits":{"memory":"4Gi"},"requests":{"cpu":1,"memory":"1Gi"}}',
+    "PERFDIAG_ANALYZER_DEADLINE_SECONDS": "1200",
+    "PERFDIAG_ANALYZER_TTL_SECONDS": "60",
+    "PERFDIAG_STORAGE_ENDPOINT": "http://minio.minio:9000",
+    "PERFDIAG_STORAGE_REGION": "eu-west-1",
+}
+
+
+def test_resources_limits_and_endpoint_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in CHART_ENV:
+        monkeypatch.delenv(key, raising=False)
+    defaults = OperatorConfig.from_env()
+    assert defaults.agent_resources.to_wire()["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert (defaults.analyzer_deadline_seconds, defaults.analyzer_ttl_seconds) == (900, 3600)
+    assert defaults.storage_endpoint is None
+    for key, value in CHART_ENV.items():
+        monkeypatch.setenv(key, value)
+    config = OperatorConfig.from_env()
+    assert config.agent_resources.to_wire() == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert config.analyzer_resources.to_wire() == {
+        "requests": {"cpu": "1", "memory": "1Gi"},  # quantities are strings on the wire
+        "limits": {"memory": "4Gi"},
+    }
+    assert (config.analyzer_deadline_seconds, config.analyzer_ttl_seconds) == (1200, 60)
+    assert (config.storage_endpoint, config.storage_region) == (
+        "http://minio.minio:9000",
+        "eu-west-1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "complaint"),
+    [
+        ("PERFDIAG_AGENT_RESOURCES", "{not json", "PERFDIAG_AGENT_RESOURCES"),
+        ("PERFDIAG_AGENT_RESOURCES", '{"request": {"cpu": "1"}}', "request"),
+        ("PERFDIAG_ANALYZER_RESOURCES", '{"limits": {"memory": ["4Gi"]}}', "limits.memory"),
+        ("PERFDIAG_ANALYZER_DEADLINE_SECONDS", "15m", "PERFDIAG_ANALYZER_DEADLINE_SECONDS"),
+        ("PERFDIAG_ANALYZER_DEADLINE_SECONDS", "0", "expected 1 to"),
+        ("PERFDIAG_ANALYZER_TTL_SECONDS", "-1", "PERFDIAG_ANALYZER_TTL_SECONDS"),
+    ],
+)
+def test_bad_chart_values_are_named(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, complaint: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=complaint) as caught:
+        OperatorConfig.from_env()
+    assert variable in str(caught.value)
+
+
+def test_webhook_manage_false_leaves_the_configuration_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "9443")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_CERT", "/tls/tls.crt")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_KEY", "/tls/tls.key")
+    monkeypatch.delenv("PERFDIAG_WEBHOOK_MANAGE", raising=False)
+    managed = OperatorConfig.from_env().webhook
+    assert managed is not None and managed.manage
+    settings = kopf.OperatorSettings()
+    configure_webhook(settings, managed)
+    assert settings.admission.managed == "perfdiag.io"
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_MANAGE", "false")
+    chart = OperatorConfig.from_env().webhook
+    assert chart is not None and not chart.manage
+    settings = kopf.OperatorSettings()
+    configure_webhook(settings, chart)
+    assert settings.admission.managed is None
+    assert isinstance(settings.admission.server, kopf.WebhookServer)  # still served
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_MANAGE", "no")
+    with pytest.raises(ValueError, match="PERFDIAG_WEBHOOK_MANAGE"):
         OperatorConfig.from_env()

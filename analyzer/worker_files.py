@@ -1,0 +1,330 @@
+"""Reading every worker's files of a capture in bulk (DESIGN.md §3 layout).
+
+A capture can hold 100,000 workers. Per worker, the only work left in Python is fetching its
+files and handing the Parquet bytes to Arrow, done in batches on a thread pool (Arrow decodes
+with the GIL released; S3 GETs wait on the network). Everything else is done once for all
+workers: the WorkerMeta and status.json documents are validated by one pydantic call each, the
+summaries concatenated into one table whose rank column comes from the keys. A worker whose file
+fails a check goes through the one-file path (`read_summary_file`), which names the problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import TypeAdapter, ValidationError
+
+from perfdiag.analyzer.errors import CaptureError
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.schema import (
+    META_SCHEMA,
+    META_WORKER,
+    SUMMARY_SCHEMA,
+    SUMMARY_SCHEMA_ID,
+    WorkerMeta,
+    read_meta,
+)
+from perfdiag.storage import Storage, StorageNotFound, layout
+
+FETCH_THREADS = 16
+"""Threads fetching and decoding worker files (S3 latency dominates there)."""
+BATCH_WORKERS = 256
+"""Workers per thread-pool task: one future per worker cost more than its Parquet decode."""
+PROGRESS_EVERY_S = 1.0
+
+_METAS = TypeAdapter(list[WorkerMeta])
+_STATUSES = TypeAdapter(list[WorkerStatus])
+_SUMMARY_ID = SUMMARY_SCHEMA_ID.encode()
+
+T = TypeVar("T")
+
+
+@dataclass
+class WorkerFiles:
+    """What the capture's workers left, read and checked."""
+
+    summary: pa.Table
+    metas: dict[int, WorkerMeta] = field(default_factory=dict)
+    statuses: dict[int, WorkerStatus] = field(default_factory=dict)
+    stacks: dict[int, Any] = field(default_factory=dict)
+    flight_recorders: dict[int, bytes] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Fetched:
+    """One batch of workers as fetched by a pool thread, not yet validated."""
+
+    ranks: list[int] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
+    meta_json: list[bytes] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+    status_json: dict[int, bytes] = field(default_factory=dict)
+    stacks: dict[int, Any] = field(default_factory=dict)
+    flight_recorders: dict[int, bytes] = field(default_factory=dict)
+
+
+def read_worker_files(
+    storage: Storage, by_rank: dict[int, set[str]], say: Callable[[str], None]
+) -> WorkerFiles:
+    """Read summary.parquet, status.json, stacks.json and flight_recorder.pkl of every rank in
+    `by_rank` (rank → the file names listed under workers/<rank>/)."""
+    summary_ranks = [r for r in sorted(by_rank) if layout.SUMMARY in by_rank[r]]
+    say(f"loading {len(summary_ranks)} worker summaries from {storage.uri}")
+    ranks = sorted(by_rank)
+    batches = [ranks[i : i + BATCH_WORKERS] for i in range(0, len(ranks), BATCH_WORKERS)]
+    fetched: list[_Fetched] = []
+    loaded = 0
+    last_report = time.monotonic()
+    threads = max(1, min(FETCH_THREADS, len(batches)))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for batch in pool.map(lambda b: _fetch_batch(storage, b, by_rank), batches):
+            fetched.append(batch)
+            loaded += len(batch.ranks)
+            now = time.monotonic()
+            if now - last_report >= PROGRESS_EVERY_S:
+                say(f"loaded {loaded}/{len(summary_ranks)} workers")
+                last_report = now
+    files = _validate(storage, fetched)
+    if summary_ranks:
+        say(f"loaded {len(files.metas)}/{len(summary_ranks)} workers")
+    return files
+
+
+def read_summary_file(storage: Storage, rank: int, data: bytes) -> tuple[pa.Table, WorkerMeta]:
+    """One worker's summary.parquet, every check made, each failure named (CaptureError)."""
+    origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+    table = _decode(origin, data)
+    try:
+        meta = read_meta(table.schema, SUMMARY_SCHEMA_ID)
+    except (ValueError, ValidationError, KeyError) as exc:
+        raise CaptureError(f"{origin}: {exc}") from exc
+    _check_meta(origin, rank, meta)
+    table = normalize_summary(table, origin)
+    # The key is authoritative for the rank column too (one file = one worker).
+    return table.set_column(0, "rank", pa.array([rank] * table.num_rows, pa.int32())), meta
+
+
+def normalize_summary(table: pa.Table, origin: str) -> pa.Table:
+    """The columns of SUMMARY_SCHEMA, in order and type, without file metadata.
+
+    Columns added later by the engine (nullable by the version rule) are dropped here.
+    """
+    missing = [name for name in SUMMARY_SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise CaptureError(f"{origin}: summary lacks column(s) {', '.join(missing)}")
+    try:
+        return table.select(SUMMARY_SCHEMA.names).cast(SUMMARY_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CaptureError(f"{origin}: summary columns have unexpected types: {exc}") from exc
+
+
+def empty_summary() -> pa.Table:
+    return SUMMARY_SCHEMA.empty_table()
+
+
+def _decode(origin: str, data: bytes) -> pa.Table:
+    try:
+        # A worker's summary is a few KB: decoded on this thread, Arrow's pool would cost more.
+        return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CaptureError(f"{origin}: not a readable Parquet file: {exc}") from exc
+
+
+def _check_meta(origin: str, rank: int, meta: WorkerMeta) -> None:
+    if meta.rank != rank:
+        raise CaptureError(f"{origin}: file says rank {meta.rank}, its key says rank {rank}")
+    if not meta.window.step_bounds_ns:
+        raise CaptureError(f"{origin}: the window has no steps")
+
+
+def _fetch_batch(storage: Storage, ranks: Sequence[int], by_rank: dict[int, set[str]]) -> _Fetched:
+    out = _Fetched()
+    for rank in ranks:
+        names = by_rank[rank]
+        if layout.SUMMARY in names:
+            _fetch_summary(storage, rank, out)
+        status = _get(storage, rank, layout.STATUS, names)
+        if status is not None:
+            out.status_json[rank] = status
+        stack = _get(storage, rank, layout.STACKS, names)
+        if stack is not None:
+            with contextlib.suppress(ValueError):
+                out.stacks[rank] = json.loads(stack)
+        recorded = _get(storage, rank, layout.FLIGHT_RECORDER, names)
+        if recorded is not None:
+            out.flight_recorders[rank] = recorded
+    return out
+
+
+def _fetch_summary(storage: Storage, rank: int, out: _Fetched) -> None:
+    data = _get(storage, rank, layout.SUMMARY, {layout.SUMMARY})
+    if data is None:
+        return  # listed, then gone: like a worker that never wrote one
+    origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+    try:
+        table = _decode(origin, data)
+    except CaptureError as exc:
+        # One bad file must not sink the diagnosis of all the others.
+        out.unreadable[rank] = str(exc)
+        return
+    meta = table.schema.metadata or {}
+    if meta.get(META_SCHEMA) != _SUMMARY_ID or META_WORKER not in meta:
+        _fetch_one_by_one(storage, rank, data, out)
+        return
+    out.ranks.append(rank)
+    out.tables.append(table.replace_schema_metadata(None))
+    out.meta_json.append(meta[META_WORKER])
+
+
+def _fetch_one_by_one(storage: Storage, rank: int, data: bytes, out: _Fetched) -> None:
+    """The path that names what is wrong with an odd file (or reads one that is only odd)."""
+    try:
+        table, meta = read_summary_file(storage, rank, data)
+    except CaptureError as exc:
+        out.unreadable[rank] = str(exc)
+        return
+    out.ranks.append(rank)
+    out.tables.append(table)
+    out.meta_json.append(meta.model_dump_json().encode())
+
+
+def _get(storage: Storage, rank: int, name: str, names: set[str]) -> bytes | None:
+    if name not in names:
+        return None
+    try:
+        return storage.get_bytes(layout.worker_key(rank, name))
+    except StorageNotFound:
+        return None
+
+
+def _validate(storage: Storage, fetched: list[_Fetched]) -> WorkerFiles:
+    ranks = [r for batch in fetched for r in batch.ranks]
+    tables = [t for batch in fetched for t in batch.tables]
+    unreadable = {r: why for batch in fetched for r, why in batch.unreadable.items()}
+    metas = _validate_metas(
+        storage, ranks, [m for batch in fetched for m in batch.meta_json], unreadable
+    )
+    kept_ranks: list[int] = []
+    kept_tables: list[pa.Table] = []
+    for rank, table in zip(ranks, tables, strict=True):
+        if rank not in metas:
+            continue
+        if not table.schema.equals(SUMMARY_SCHEMA):
+            origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+            try:
+                table = normalize_summary(table, origin)
+            except CaptureError as exc:
+                unreadable[rank] = str(exc)
+                del metas[rank]
+                continue
+        kept_ranks.append(rank)
+        kept_tables.append(table)
+    statuses, notes = _validate_statuses(
+        {r: s for batch in fetched for r, s in batch.status_json.items()}
+    )
+    return WorkerFiles(
+        summary=_concat(kept_ranks, kept_tables),
+        metas=dict(sorted(metas.items())),
+        statuses=statuses,
+        stacks={r: s for batch in fetched for r, s in batch.stacks.items()},
+        flight_recorders={r: b for batch in fetched for r, b in batch.flight_recorders.items()},
+        notes=notes,
+        unreadable=dict(sorted(unreadable.items())),
+    )
+
+
+def _validate_metas(
+    storage: Storage, ranks: list[int], documents: list[bytes], unreadable: dict[int, str]
+) -> dict[int, WorkerMeta]:
+    """All WorkerMeta documents by one pydantic call; a document that fails goes through
+    read_meta's path again, so its message is the one a single file gets."""
+    parsed = _validate_all(_METAS, documents)
+    metas: dict[int, WorkerMeta] = {}
+    for rank, document, meta in zip(ranks, documents, parsed, strict=True):
+        origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+        try:
+            checked = meta or WorkerMeta.model_validate(json.loads(document))
+            _check_meta(origin, rank, checked)
+        except CaptureError as exc:
+            unreadable[rank] = str(exc)
+            continue
+        except (ValueError, ValidationError) as exc:
+            unreadable[rank] = f"{origin}: {exc}"
+            continue
+        metas[rank] = checked
+    return metas
+
+
+def _validate_statuses(documents: dict[int, bytes]) -> tuple[dict[int, WorkerStatus], list[str]]:
+    """All status.json documents by one pydantic call. One that fails is read again on its
+    own: unparsable JSON is ignored (as a missing status), an invalid status gets a note."""
+    ranks = sorted(documents)
+    texts = [documents[r] for r in ranks]
+    statuses: dict[int, WorkerStatus] = {}
+    notes: list[str] = []
+    validated: list[WorkerStatus | None] = _validate_all(_STATUSES, texts)
+    for rank, text, status in zip(ranks, texts, validated, strict=True):
+        if status is not None:
+            statuses[rank] = status
+            continue
+        try:
+            document = json.loads(text)
+        except ValueError:
+            continue
+        try:
+            statuses[rank] = WorkerStatus.model_validate(document)
+        except ValidationError as exc:
+            notes.append(f"ignored unreadable status of rank {rank}: {first_error(exc)}")
+    return statuses, notes
+
+
+def _validate_all(adapter: TypeAdapter[list[T]], documents: Sequence[bytes]) -> list[T | None]:
+    """Validate JSON documents as one array; None for each document that fails (the caller
+    reads those one by one). When the array does not even parse (a document is not JSON),
+    the documents are tried in halves, so one bad file costs log(n) calls, not n."""
+    if not documents:
+        return []
+    try:
+        return list(adapter.validate_json(b"[" + b",".join(documents) + b"]"))
+    except ValidationError as exc:
+        errors = exc.errors()
+    if all(e["loc"] and isinstance(e["loc"][0], int) for e in errors):
+        # Every error is inside an item: validate the others again without them.
+        failed = {int(e["loc"][0]) for e in errors}
+        good = [i for i in range(len(documents)) if i not in failed]
+        parsed: list[T | None] = [None] * len(documents)
+        again = _validate_all(adapter, [documents[i] for i in good])
+        for i, value in zip(good, again, strict=True):
+            parsed[i] = value
+        return parsed
+    if len(documents) == 1:
+        return [None]
+    half = len(documents) // 2
+    return _validate_all(adapter, documents[:half]) + _validate_all(adapter, documents[half:])
+
+
+def _concat(ranks: list[int], tables: list[pa.Table]) -> pa.Table:
+    if not tables:
+        return empty_summary()
+    order = np.argsort(np.asarray(ranks), kind="stable")
+    summary = pa.concat_tables([tables[i] for i in order]).combine_chunks()
+    rows = np.fromiter((tables[i].num_rows for i in order), np.int64, len(order))
+    # The key is authoritative for the rank column (one file = one worker).
+    rank_column = np.repeat(np.asarray(ranks, np.int32)[order], rows)
+    return summary.set_column(0, "rank", pa.array(rank_column, pa.int32()))
+
+
+def first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
