@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdiag.analyzer.compare import Deviations
+from perfdiag.analyzer.contention import Contended, CpuWait, explained_by_contention
 from perfdiag.analyzer.features import (
     COMMUNICATION,
     LEVEL_CATEGORY,
@@ -129,6 +130,8 @@ class CommOutlier:
 class Fusion:
     slow: list[SlowWorker] = field(default_factory=list)
     communication: list[CommOutlier] = field(default_factory=list)
+    contended: list[Contended] = field(default_factory=list)
+    """Suspects whose excess is waiting for a CPU on an oversubscribed host (not named)."""
 
 
 def _finite(x: float) -> float | None:
@@ -161,6 +164,7 @@ def fuse(
     groups: PeerGroups,
     thresholds: Thresholds,
     anomalies: list[ResourceAnomaly],
+    cpu: CpuWait | None = None,
 ) -> Fusion:
     nw = features.non_wait_index
     wait = features.wait_index
@@ -182,6 +186,22 @@ def fuse(
     for i in suspects.tolist():  # culprits: a handful of ranks, never all of them
         worker = _slow_worker(features, dev, groups, thresholds, i, nw, functions, categories)
         if worker is None:
+            continue
+        contended = (
+            explained_by_contention(
+                cpu,
+                i,
+                groups.members(worker.group),
+                worker.rank,
+                worker.step_ms,
+                worker.excess_ms,
+                thresholds.min_excess_fraction,
+            )
+            if cpu is not None
+            else None
+        )
+        if contended is not None:
+            result.contended.append(contended)
             continue
         _attribute(worker, by_rank.get(worker.rank, []))
         result.slow.append(worker)

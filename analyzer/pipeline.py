@@ -13,6 +13,7 @@ from perfdiag.analyzer.collective_findings import (
 )
 from perfdiag.analyzer.collectives import CollectiveAnalysis, analyze_collectives
 from perfdiag.analyzer.compare import Deviations, compare_peers
+from perfdiag.analyzer.contention import cpu_wait, without_chance_cpu_anomalies
 from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.features import Features, StepTimes, build_features
 from perfdiag.analyzer.findings import (
@@ -87,9 +88,14 @@ def analyze_capture(
     groups = (roles or by_collectives(capture.collectives))(features, limits.role_split_jaccard)
     say(f"comparing {len(features.ranks)} workers ({len(groups.names)} peer group(s))")
     deviations = compare_peers(capture.summary, features, groups, limits)
-    anomalies = resource_anomalies(capture.summary, features, groups, limits)
+    cpu = cpu_wait(capture.summary, features)
+    anomalies, chance = without_chance_cpu_anomalies(
+        resource_anomalies(capture.summary, features, groups, limits), cpu, features, groups
+    )
+    capture.notes.extend(chance)
     speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
-    fusion = fuse(features, deviations, groups, limits, anomalies + speed)
+    fusion = fuse(features, deviations, groups, limits, anomalies + speed, cpu)
+    capture.notes.extend(c.describe() for c in fusion.contended)
     collectives = analyze_collectives(capture.collectives, features, groups, limits)
     has_gpu = any(m.has_gpu for m in capture.metas.values())
     violations = check_expected_ranges(

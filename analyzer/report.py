@@ -502,7 +502,7 @@ def _details_section(analysis: Analysis) -> str:
         )
     if analysis.capture.notes:
         notes = "".join(f"<li>{escape(n)}</li>" for n in analysis.capture.notes)
-        parts.append(f"<details><summary>notes while loading</summary><ul>{notes}</ul></details>")
+        parts.append(f"<details><summary>notes</summary><ul>{notes}</ul></details>")
     thresholds = json.dumps(analysis.thresholds.model_dump(by_alias=True), indent=2)
     parts.append(
         f"<details><summary>thresholds used</summary><pre>{escape(thresholds)}</pre></details>"
