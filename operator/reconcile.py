@@ -50,6 +50,7 @@ from perfdiag.operator.status import (
     Desired,
     Event,
     compute_status,
+    keep_transition_times,
     merge_conditions,
     merge_patch,
     now_utc,
@@ -127,6 +128,7 @@ class Reconciler:
                 if capture_started or (new.phase == "Pending" and observation.state == "found"):
                     decision = self._coordinate(obj, spec, new, generation, now)
                     new, extra_events = decision.status, decision.events
+        new = keep_transition_times(old, new)
         # Diff the normalized forms: fields this version does not know are left alone.
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:

@@ -93,6 +93,33 @@ def merge_conditions(
     return out
 
 
+def keep_transition_times(
+    old: PerfDiagnosisStatus | None, new: PerfDiagnosisStatus
+) -> PerfDiagnosisStatus:
+    """`new` with each condition's lastTransitionTime taken from `old` where its status did not
+    change. A reconcile computes the status in stages (target, then coordination), and a
+    condition flipped by one stage and back by the next must not look like a transition: that
+    would rewrite the object on every pass (and tell kstatus and Argo CD something changed)."""
+    if old is None:
+        return new
+    before = {c.type: c for c in old.conditions}
+    kept = []
+    changed = False
+    for condition in new.conditions:
+        previous = before.get(condition.type)
+        if (
+            previous is not None
+            and previous.status == condition.status
+            and previous.last_transition_time != condition.last_transition_time
+        ):
+            condition = condition.model_copy(
+                update={"last_transition_time": previous.last_transition_time}
+            )
+            changed = True
+        kept.append(condition)
+    return new.model_copy(update={"conditions": kept}) if changed else new
+
+
 def _pending_conditions(obs: TargetObservation, recheck_seconds: float) -> list[Desired]:
     resolved = Desired(
         TARGET_RESOLVED, "True" if obs.state == "found" else "False", obs.reason, obs.message

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator.status import (
     compute_status,
+    keep_transition_times,
     merge_patch,
     needs_cleanup,
     needs_recheck,
@@ -88,6 +89,30 @@ def test_recovery_moves_transition_times_only_for_changed_conditions() -> None:
     times = {c.type: c.last_transition_time for c in recovered.conditions}
     assert times == {"Ready": T0, "Reconciling": later, "Stalled": later, "TargetResolved": later}
     assert recovered.start_time == T0
+
+
+def test_a_condition_flipped_and_back_within_one_reconcile_keeps_its_time() -> None:
+    """The reconciler's stages (target, then coordination, e.g. NotInjected) may flip Stalled
+    and set it back: the stored status must not change when nothing did."""
+    from perfdiag.operator.status import STALLED, Desired, merge_conditions
+
+    not_injected = [Desired(STALLED, "True", "NotInjected", "pods lack the hook")]
+    stored = _compute(None, FOUND)
+    stored = stored.model_copy(
+        update={"conditions": merge_conditions(stored.conditions, not_injected, 1, T0)}
+    )
+    later = T0 + timedelta(minutes=5)
+    staged = _compute(stored, FOUND, now=later)  # the target stage: Stalled False at `later`
+    final = staged.model_copy(
+        update={"conditions": merge_conditions(staged.conditions, not_injected, 1, later)}
+    )
+    assert {c.last_transition_time for c in final.conditions if c.type == STALLED} == {later}
+    kept = keep_transition_times(stored, final)
+    assert kept == stored
+    assert merge_patch(stored.to_wire(), kept.to_wire()) == {}
+    # A real transition keeps its new time.
+    recovered = _compute(stored, FOUND, now=later)
+    assert keep_transition_times(stored, recovered) == recovered
 
 
 def test_same_world_same_status() -> None:
