@@ -97,8 +97,8 @@ def summarize(
             "wall_ms": pa.array(final_wall[order] / 1e6),
             "dur_median_us": pa.array(median[order] / 1e3, mask=count[order] == 0),
             "dur_p95_us": pa.array(p95[order] / 1e3, mask=count[order] == 0),
-            # Hardware samples (NVML, /proc) are not collected yet: the resource that governs
-            # a function stays unknown.
+            # Filled by the agent from hardware.parquet when it has samples
+            # (analyzer/hardware_samples.with_resources); unknown here.
             "resource": pa.nulls(n_rows, pa.string()),
             "resource_mu": pa.nulls(n_rows, pa.float64()),
             "resource_sigma": pa.nulls(n_rows, pa.float64()),

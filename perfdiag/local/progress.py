@@ -19,7 +19,9 @@ class Progress:
         self.quiet = quiet
         self.min_interval_s = min_interval_s
         self._last_message = ""
-        self._last_status_at = 0.0
+        # None: no status shown yet (not 0.0: the monotonic clock starts near boot, so a
+        # fresh machine's clock can be younger than the interval).
+        self._last_status_at: float | None = None
 
     def __call__(self, message: str) -> None:
         """A milestone: always shown (unless it repeats the previous line)."""
@@ -30,7 +32,9 @@ class Progress:
     def status(self, message: str) -> None:
         """A waiting status that may change often: shown when it changed, rate-limited."""
         now = time.monotonic()
-        if message == self._last_message or now - self._last_status_at < self.min_interval_s:
+        if message == self._last_message:
+            return
+        if self._last_status_at is not None and now - self._last_status_at < self.min_interval_s:
             return
         self._last_status_at = now
         self._emit(message)
