@@ -317,6 +317,17 @@ def _capturing(
     finished = len(done) + len(failed)
     deadline_passed = window.deadline is not None and now >= window.deadline
     gone = not world.pods
+
+    def counts(missing: int) -> WorkersStatus:
+        return WorkersStatus(
+            expected=expected,
+            captured=len(done),
+            missing=missing,
+            reporting=len(world.workers),
+            failed=failed,
+            stuck=stuck,
+        )
+
     progress = f"{len(done)}/{expected} worker(s) captured"
     if failed:
         progress += f", rank(s) {', '.join(map(str, failed))} failed"
@@ -346,7 +357,7 @@ def _capturing(
         new = status.model_copy(
             update={
                 "phase": "Analyzing",
-                "workers": WorkersStatus(expected=expected, captured=len(done), missing=missing),
+                "workers": counts(missing),
                 "window": window.model_copy(update={"completion_time": now}),
                 "conditions": _conds(status, _running("Analyzing", message), generation, now),
             }
@@ -369,7 +380,7 @@ def _capturing(
         )
         new = status.model_copy(
             update={
-                "workers": WorkersStatus(expected=expected, captured=len(done), missing=0),
+                "workers": counts(0),
                 "conditions": _conds(
                     status, _running("CollectingStacks", message), generation, now
                 ),
@@ -380,7 +391,7 @@ def _capturing(
     reason = "StorageUnavailable" if world.storage_error else "Capturing"
     new = status.model_copy(
         update={
-            "workers": WorkersStatus(expected=expected, captured=len(done), missing=0),
+            "workers": counts(0),
             "conditions": _conds(
                 status, _running(reason, f"capturing: {progress}"), generation, now
             ),

@@ -495,7 +495,22 @@ class WorkersStatus(StatusModel):
         default=None, ge=0, description="Ranks expected to take part, once known."
     )
     captured: int = Field(default=0, ge=0, description="Ranks whose capture is in storage.")
-    missing: int = Field(default=0, ge=0, description="Ranks that did not report in time.")
+    missing: int = Field(
+        default=0, ge=0, description="Ranks that did not capture by the end of the window."
+    )
+    reporting: int = Field(
+        default=0,
+        ge=0,
+        description="Ranks whose agent has reported so far (expected - reporting have not).",
+    )
+    failed: list[int] = Field(
+        default_factory=list, description="Ranks whose capture failed (see their status.json)."
+    )
+    stuck: list[int] = Field(
+        default_factory=list,
+        description="Ranks whose training step stopped advancing during the window (all ranks "
+        "are then asked for their Python stacks, and the verdict says why).",
+    )
 
 
 class WindowStatus(StatusModel):

@@ -140,13 +140,16 @@ def test_capture_progress_then_analysis_when_all_reported() -> None:
     assert partial.actions == []
     assert partial.status.phase == "Capturing"
     assert partial.status.workers.captured == 1
+    assert partial.status.workers.reporting == 2
     assert "1/4 worker(s) captured" in _cond(partial.status, "Reconciling")[2]
 
     workers = {r: _worker(r) for r in range(4)}
     done = _decide(_capturing(), World(pods=pods, workers=workers))
     assert done.actions == ["disarm", "launch_job"]
     assert done.status.phase == "Analyzing"
-    assert done.status.workers.model_dump() == {"expected": 4, "captured": 4, "missing": 0}
+    assert done.status.workers.model_dump() == {
+        "expected": 4, "captured": 4, "missing": 0, "reporting": 4, "failed": [], "stuck": []
+    }  # fmt: skip
 
 
 def test_deadline_counts_missing() -> None:
@@ -159,7 +162,9 @@ def test_deadline_counts_missing() -> None:
         _capturing(deadline=NOW - timedelta(seconds=1)), World(pods=pods, workers=workers)
     )
     assert after.actions == ["disarm", "launch_job"]
-    assert after.status.workers.model_dump() == {"expected": 4, "captured": 2, "missing": 2}
+    assert after.status.workers.model_dump() == {
+        "expected": 4, "captured": 2, "missing": 2, "reporting": 3, "failed": [], "stuck": []
+    }  # fmt: skip
     assert after.events[0].type == "Warning"
     assert "deadline passed" in after.events[0].message
 
@@ -173,6 +178,8 @@ def test_stuck_workers_get_a_stacks_plan_then_the_capture_ends() -> None:
     assert decision.plan.id == f"d-{UID}-stacks"
     assert _cond(decision.status, "Reconciling")[1] == "CollectingStacks"
     assert [(e.type, e.reason) for e in decision.events] == [("Warning", "WorkersStuck")]
+    assert decision.status.workers.stuck == [3]
+    assert decision.status.workers.to_wire()["stuck"] == [3]
     # The spec's stuckAfterSeconds moves the limit (the analyzer Job gets the same).
     patient = SPEC.model_copy(
         update={"analysis": SPEC.analysis.model_copy(update={"stuck_after_seconds": 120.0})}

@@ -92,7 +92,9 @@ def test_kubectl_apply_to_verdict(
     assert verdict["topFindings"][0]["ranks"] == [FAULT_RANK], verdict
     # Ranks 2 and 3 run in the worker pod (node rank 1, two processes per node).
     assert verdict["culpritPods"] == [f"{training.name}-worker-0"], verdict
-    assert status["workers"] == {"expected": 4, "captured": 4, "missing": 0}
+    assert status["workers"] == {
+        "expected": 4, "captured": 4, "missing": 0, "reporting": 4, "failed": [], "stuck": []
+    }  # fmt: skip
     # The artifacts are where status says.
     artifacts = status["artifacts"]
     prefix = artifacts["prefix"]

@@ -142,7 +142,10 @@ def test_agent_dies_partial_verdict_names_its_ranks(
             done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=180)
             events = cluster.events(ns, "d")
     assert done["phase"] == "Succeeded", done
-    assert done["workers"] == {"expected": 4, "captured": 2, "missing": 2}
+    # The dead agent's ranks never reported.
+    assert done["workers"] == {
+        "expected": 4, "captured": 2, "missing": 2, "reporting": 2, "failed": [], "stuck": []
+    }  # fmt: skip
     verdict = done["verdict"]
     assert verdict["status"] == "incomplete", verdict
     assert {2, 3} <= set(verdict["culpritRanks"]), verdict
@@ -196,7 +199,9 @@ def test_minio_down_during_upload(
     assert "storage unavailable" in cond["message"]
     assert done["phase"] == "Succeeded", done
     assert done["window"]["planId"] == capturing["window"]["planId"]
-    assert done["workers"] == {"expected": 4, "captured": 4, "missing": 0}
+    assert done["workers"] == {
+        "expected": 4, "captured": 4, "missing": 0, "reporting": 4, "failed": [], "stuck": []
+    }  # fmt: skip
     assert done["verdict"]["status"] in ("degraded", "healthy"), done["verdict"]
     # Nothing lost: what was there before the outage, and every worker's summary after it.
     assert "plan.json" in before and before <= after
@@ -316,6 +321,7 @@ def test_hang_stacks_plan_names_the_stuck_rank(
     assert "rank(s) 0, 1, 2, 3 stopped advancing" in asked["message"], asked
     assert ("Warning", "WorkersStuck") in events
     assert done["phase"] == "Succeeded", done
+    assert done["workers"]["stuck"] == [0, 1, 2, 3], done["workers"]
     verdict = done["verdict"]
     assert verdict["status"] == "hang", verdict
     assert verdict["culpritRanks"] == [3], verdict
