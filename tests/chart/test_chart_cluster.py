@@ -325,8 +325,10 @@ def test_operator_runs_under_the_chart_service_account_token(
     server answers an AdmissionReview with the chart's values, kopf leaves the chart's
     MutatingWebhookConfiguration alone (PERFDIAG_WEBHOOK_MANAGE=false; the chart's RBAC could
     not let it write one), a diagnosis of a missing pod stalls (status, events), one of an
-    injected pod arms the capture (plan in storage and on the pod), and deleting it while
-    capturing takes the plan off the pod again (the finalizer)."""
+    injected pod arms the capture (plan in storage and on the pod), deleting it while
+    capturing takes the plan off the pod again (the finalizer), and a third one runs to its
+    verdict: capture in storage, window ended and plan removed, analyzer Job created and
+    watched, verdict, artifacts, Ready and Events written. Nothing in the log is Forbidden."""
     team = f"team-{secrets.token_hex(3)}"
     kube_cluster.kubectl("create", "namespace", team)
     storage = f"s3://{minio_server.bucket}/chart-{secrets.token_hex(3)}"
@@ -545,3 +547,90 @@ def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server
     cluster.kubectl("delete", "pdiag", "armed", "-n", ns, "--wait=true", timeout=90)
     worker = _get(cluster, ns, "pod", "worker-0")
     assert "perfdiag.io/plan" not in (worker["metadata"].get("annotations") or {})
+
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=diagnosis("complete", {"kind": "Pods", "selector": {"matchLabels": {"app": "w"}}}),
+    )
+    _complete_capture(cluster, ns, "complete", minio_server)
+
+
+def _complete_capture(cluster: KubeCluster, ns: str, name: str, minio_server: Any) -> None:
+    """The rest of a diagnosis under the ServiceAccount: the worker's capture lands in storage
+    (as its agent would write it), the operator ends the window, takes the plan off the pod and
+    creates the analyzer Job; the suite runs the Job's command as the kubelet would and marks
+    it complete; the operator reads verdict.json and writes the verdict, artifacts and Events."""
+    from perfdiag.api.worker import WorkerStatus
+    from perfdiag.parquet_io import table_to_bytes
+    from perfdiag.schema import SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, with_meta
+    from perfdiag.storage import layout, open_storage
+    from tests.analyzer.conftest import SyntheticJob
+
+    def status() -> dict[str, Any]:
+        return (_get(cluster, ns, "pdiag", name) or {}).get("status") or {}
+
+    capturing = _wait(lambda: status() if status().get("phase") == "Capturing" else None,
+                      "phase Capturing", 90)  # fmt: skip
+    plan_id, prefix = capturing["window"]["planId"], capturing["artifacts"]["prefix"]
+    table, metas = SyntheticJob(n_ranks=1, seed=7).build()
+    summary = table.replace_schema_metadata(None).cast(
+        with_meta(SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, metas[0])
+    )
+    now = time.time()
+    done = WorkerStatus(
+        rank=0, plan_id=plan_id, phase="done", step=30, last_step_unix=now, updated_unix=now,
+        files=[layout.worker_key(0, layout.SUMMARY)],
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in minio_server.env().items():
+            env.setenv(key, value)
+        storage = open_storage(prefix)
+        storage.put_bytes(layout.worker_key(0, layout.SUMMARY), table_to_bytes(summary))
+        storage.put_text(layout.worker_key(0, layout.STATUS), done.model_dump_json())
+
+    def analyzer_job() -> dict[str, Any] | None:
+        jobs = json.loads(cluster.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout)["items"]
+        return jobs[0] if jobs else None
+
+    job = _wait(analyzer_job, "the analyzer Job the operator creates", 90)
+    assert status()["phase"] == "Analyzing"
+    worker = _get(cluster, ns, "pod", "worker-0")
+    assert "perfdiag.io/plan" not in (worker["metadata"].get("annotations") or {})
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["analyze", prefix], container["args"]
+    # The kubelet's part: run the container's command (with the Secret's credentials; the
+    # chart's endpoint is not this MinIO), then report the Job complete.
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("perfdiag")), *container["args"]],
+        env={**os.environ, **minio_server.env()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    complete = [
+        {"type": kind, "status": "True", "reason": "CompletionsReached", "message": "",
+         "lastProbeTime": ended, "lastTransitionTime": ended}
+        for kind in ("SuccessCriteriaMet", "Complete")
+    ]  # fmt: skip
+    job_name = job["metadata"]["name"]
+    for patch in (
+        {"status": {"startTime": started, "active": 1}},
+        {"status": {"active": 0, "succeeded": 1, "completionTime": ended, "conditions": complete}},
+    ):
+        cluster.kubectl(
+            "patch", "job", job_name, "-n", ns, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch),
+        )  # fmt: skip
+    final = _wait(lambda: status() if status().get("phase") == "Succeeded" else None,
+                  "phase Succeeded with the verdict", 90)  # fmt: skip
+    assert final["verdict"]["status"] == "healthy", final["verdict"]
+    assert final["artifacts"]["verdict"] == f"{prefix}/verdict.json"
+    assert _condition(_get(cluster, ns, "pdiag", name), "Ready")["status"] == "True"
+    events = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+    for reason in ("PlanSent", "CaptureEnded", "AnalyzerStarted", "VerdictReady"):
+        assert reason in events, reason
