@@ -68,9 +68,9 @@ def cpu_wait(summary: pa.Table, features: Features) -> CpuWait | None:
     rows = summary.filter(mask)
     if rows.num_rows:
         rows = rows.filter(pa.array(~waiting_rows(rows)))
-    if rows.num_rows == 0:
-        return None
     n_ranks = len(features.ranks)
+    if rows.num_rows == 0 or n_ranks == 0:
+        return None
     rank_of_row = rows.column("rank").to_numpy().astype(np.int64)
     position = np.clip(np.searchsorted(features.ranks, rank_of_row), 0, max(n_ranks - 1, 0))
     known = features.ranks[position] == rank_of_row
