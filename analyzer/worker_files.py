@@ -34,6 +34,7 @@ from perfdiag.schema import (
     read_meta,
 )
 from perfdiag.storage import Storage, StorageNotFound, layout
+from perfdiag.validation import validation_problems
 
 FETCH_THREADS = 16
 """Threads fetching and decoding worker files (S3 latency dominates there)."""
@@ -285,7 +286,9 @@ def _validate_statuses(documents: dict[int, bytes]) -> tuple[dict[int, WorkerSta
         try:
             statuses[rank] = WorkerStatus.model_validate(document)
         except ValidationError as exc:
-            notes.append(f"ignored unreadable status of rank {rank}: {first_error(exc)}")
+            notes.append(
+                f"ignored unreadable status of rank {rank}: {validation_problems(exc, limit=1)}"
+            )
     return statuses, notes
 
 
@@ -323,8 +326,3 @@ def _concat(ranks: list[int], tables: list[pa.Table]) -> pa.Table:
     # The key is authoritative for the rank column (one file = one worker).
     rank_column = np.repeat(np.asarray(ranks, np.int32)[order], rows)
     return summary.set_column(0, "rank", pa.array(rank_column, pa.int32()))
-
-
-def first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

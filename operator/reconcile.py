@@ -59,6 +59,7 @@ from perfdiag.operator.status import (
 )
 from perfdiag.operator.targets import describe, is_live, pod_selector
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
+from perfdiag.validation import validation_problems
 
 log = logging.getLogger("perfdiag.operator")
 
@@ -408,9 +409,7 @@ def _plan_id(text: str | None) -> str | None:
 def _invalid_spec_status(
     old: PerfDiagnosisStatus | None, generation: int, now: datetime, exc: ValidationError
 ) -> PerfDiagnosisStatus:
-    message = "invalid spec: " + "; ".join(
-        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-    )
+    message = f"invalid spec: {validation_problems(exc)}"
     base = old if old is not None else PerfDiagnosisStatus()
     desired = [
         Desired(READY, "False", "InvalidSpec", message),

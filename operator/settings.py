@@ -20,6 +20,7 @@ import kopf
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from perfdiag import __version__
+from perfdiag.validation import validation_problems
 
 PREFIX = "perfdiag.io"
 FINALIZER = f"{PREFIX}/finalizer"
@@ -139,22 +140,13 @@ TTL_ENV = "PERFDIAG_ANALYZER_TTL_SECONDS"
 _INT = TypeAdapter(int)
 
 
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    parts = []
-    for err in errors[:3]:
-        where = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
-    return "; ".join(parts)
-
-
 def _resources(variable: str, raw: str) -> Resources:
     try:
         return Resources.model_validate_json(raw)
     except ValidationError as exc:
         raise ValueError(
             f"{variable}={raw!r} is not a resources object "
-            f'({{"requests": {{...}}, "limits": {{...}}}}): {_first_error(exc)}'
+            f'({{"requests": {{...}}, "limits": {{...}}}}): {validation_problems(exc, limit=3)}'
         ) from None
 
 

@@ -11,6 +11,7 @@ from perfdiag.cli import CliError
 from perfdiag.local.progress import Progress
 from perfdiag.local.verdict_text import render_verdict
 from perfdiag.storage import Storage, StorageError, open_storage
+from perfdiag.validation import validation_problems
 
 if TYPE_CHECKING:
     from perfdiag.analyzer.thresholds import Thresholds
@@ -89,11 +90,7 @@ def _thresholds(text: str) -> Thresholds:
     try:
         return Thresholds.model_validate_json(text)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'thresholds'}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise CliError(f"--thresholds: {problems}", 2) from None
+        raise CliError(f"--thresholds: {validation_problems(exc, root='thresholds')}", 2) from None
 
 
 def _open_source(text: str) -> Storage:
