@@ -4,7 +4,8 @@ Expected ranks: those passed by the caller, those with any file in the capture, 
 the summaries state a world size W.
 
 Stuck: a worker whose heartbeat kept coming while its training step stopped advancing —
-`updated_unix − last_step_unix` in its status.json reaches the limit of `perfdiag.stall`
+`updated_unix − last_step_unix` in its status.json (or, when its stack dump was taken at the
+same step, the dump's `time_unix` − last_step_unix) reaches the limit of `perfdiag.stall`
 (max(stuck_after_seconds, stuck_after_steps × median step), at most its upper bound), whether
 or not it produced a summary (a job can hang after its window). A worker whose heartbeats
 stopped too is gone (crashed, evicted), i.e. missing. Which of the stuck workers hold the job
@@ -13,6 +14,7 @@ up is decided by analyzer/hang.py from their stack dumps (and Flight Recorder du
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from perfdiag.analyzer.capture import Capture
 from perfdiag.analyzer.hang import HangDiagnosis, diagnose_hang, read_flight_recorder
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.verdict import WorkerInfo
+from perfdiag.api.worker import WorkerStatus
 from perfdiag.stall import (
     HEARTBEAT_STALE_S,
     RankProgress,
@@ -74,7 +77,9 @@ def account_workers(
     stall_limit = stall_policy(thresholds).limit_s(step_s or None)
     newest = max((s.updated_unix for s in capture.statuses.values()), default=None)
     progress = [
-        RankProgress(rank, status.step, status.last_step_unix, status.updated_unix)
+        RankProgress(
+            rank, status.step, status.last_step_unix, _seen_unix(status, capture.stacks.get(rank))
+        )
         for rank, status in capture.statuses.items()
         if rank in expected and status.phase != "failed"
     ]
@@ -129,6 +134,17 @@ def account_workers(
         hang=hang,
         notes=tuple(notes),
     )
+
+
+def _seen_unix(status: WorkerStatus, dump: Any) -> float:
+    """When the rank was last seen at its status' step. A stack dump taken at that same step
+    is newer evidence than the status heartbeat (uploaded at most every few seconds, and no
+    more to the capture once the stacks plan replaced it on the pods)."""
+    if isinstance(dump, dict) and dump.get("step") == status.step:
+        taken = dump.get("time_unix")
+        if isinstance(taken, (int, float)) and math.isfinite(taken):
+            return max(status.updated_unix, float(taken))
+    return status.updated_unix
 
 
 def _hang(

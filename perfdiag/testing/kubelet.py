@@ -37,6 +37,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -96,6 +97,10 @@ class Image:
     cmd: tuple[str, ...] = ()
     workdir: str | None = None  # a path inside the image (mapped through `files`)
     files: Mapping[str, Path] = field(default_factory=dict)  # image path → host path
+
+
+KUBELET_LOG = "kubelet"
+"""`log_text(KUBELET_LOG)`: why the local kubelet failed a pod, next to its containers' logs."""
 
 
 class PodFailed(RuntimeError):
@@ -166,6 +171,9 @@ class LocalPod:
         self.on_phase: Callable[[LocalPod], None] = lambda pod: None
         self.started_monotonic = time.monotonic()
         self.deadline_exceeded = False
+        # The pod's thread writes the downward-API files once, the kubelet loop refreshes them:
+        # one writer at a time (they share the temporary file).
+        self._refresh_lock = threading.Lock()
 
     # ---- volumes ------------------------------------------------------------------------------
     def _make_volumes(self) -> None:
@@ -180,6 +188,10 @@ class LocalPod:
 
     def refresh(self, manifest: dict[str, Any]) -> None:
         """Rewrite the downward-API files from the pod's current metadata (atomically)."""
+        with self._refresh_lock:
+            self._write_downward_api(manifest)
+
+    def _write_downward_api(self, manifest: dict[str, Any]) -> None:
         self.manifest["metadata"] = manifest["metadata"]
         meta = manifest["metadata"]
         for volume in self.manifest["spec"].get("volumes") or []:
@@ -315,15 +327,15 @@ class LocalPod:
                 proc.stop()
             ok = all(self.exit_codes[p.name] == 0 for p in mains)
             self._set_phase("Succeeded" if ok and not self.stopping.is_set() else "Failed")
-        except PodFailed as exc:
-            log.warning("pod %s failed: %s", self.name, exc)
+        except Exception as exc:
+            if isinstance(exc, PodFailed):
+                log.warning("pod %s failed: %s", self.name, exc)
+                why = str(exc)
+            else:
+                log.exception("pod %s: kubelet error", self.name)
+                why = traceback.format_exc()
             (self.root / "logs").mkdir(parents=True, exist_ok=True)
-            (self.root / "logs" / "kubelet.log").write_text(str(exc))
-            for proc in self.containers.values():
-                proc.stop()
-            self._set_phase("Failed")
-        except Exception:
-            log.exception("pod %s: kubelet error", self.name)
+            (self.root / "logs" / f"{KUBELET_LOG}.log").write_text(why)
             for proc in self.containers.values():
                 proc.stop()
             self._set_phase("Failed")

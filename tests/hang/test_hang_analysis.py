@@ -258,3 +258,35 @@ def test_a_rank_whose_heartbeats_stopped_during_a_hang_is_named(tmp_path: Path) 
     assert hang.ranks == [2], verdict.to_json()
     assert "heartbeats stopped" in hang.evidence["culprits"][0]["reason"]
     assert hang.evidence["waiting"]["ranks"] == [0, 1]
+
+
+def test_a_stack_dump_at_the_same_step_is_newer_evidence_than_the_status(tmp_path: Path) -> None:
+    """The operator asks for stacks once ranks are stuck by its own clock; their status.json
+    heartbeat can be seconds older (uploaded at most every few seconds). Each dump carries the
+    time and step it was taken at: at the status' step it shows the rank still stuck then; at a
+    later step it shows the rank moved on, and adds nothing."""
+    import json
+    import time
+
+    from perfdiag.analyzer import analyze
+    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.worker import WorkerStatus
+    from perfdiag.storage import layout
+    from perfdiag.storage.local import LocalStorage
+
+    storage = LocalStorage(tmp_path)
+    now = time.time()
+    for rank in range(4):
+        # Heartbeat 6 s after the last step: short of the 10 s limit by itself.
+        status = WorkerStatus(rank=rank, step=40, last_step_unix=now - 13, updated_unix=now - 7)
+        storage.put_text(layout.worker_key(rank, layout.STATUS), status.model_dump_json())
+        frames = (*MAIN, *LOADER) if rank == 3 else (*MAIN, *ALL_REDUCE)
+        taken = {"step": 41 if rank == 1 else 40, "time_unix": now - 1}
+        storage.put_text(
+            layout.worker_key(rank, layout.STACKS), json.dumps({**dump(rank, *frames), **taken})
+        )
+    verdict = analyze(storage, thresholds=Thresholds(stuck_after_seconds=10))
+    states = {w.rank: w.state for w in verdict.workers}
+    assert states == {0: "stuck", 1: "missing", 2: "stuck", 3: "stuck"}, verdict.to_json()
+    assert verdict.status == "hang"
+    assert verdict.findings[0].ranks == [3], verdict.to_json()

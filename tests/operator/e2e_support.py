@@ -20,7 +20,7 @@ import yaml
 from perfdiag.collector import spool
 from perfdiag.collector.hookdir import materialize
 from perfdiag.demo.scenarios import TRAIN_SCRIPT
-from perfdiag.testing.kubelet import Image, LocalKubelet
+from perfdiag.testing.kubelet import KUBELET_LOG, Image, LocalKubelet
 from perfdiag.testing.processes import free_port
 from perfdiag.testing.training_operator import PORT_NAME, pytorchjob_pods
 
@@ -113,7 +113,8 @@ class Training:
     def logs(self) -> str:
         parts = []
         for name, pod in {**self.kubelet.pods, **self.kubelet.jobs}.items():
-            for container in pod.containers:
+            failed = [KUBELET_LOG] if pod.log_text(KUBELET_LOG) else []
+            for container in [*pod.containers, *failed]:
                 parts.append(f"--- {name}/{container}\n{pod.log_text(container)[-3000:]}")
         return "\n".join(parts)
 

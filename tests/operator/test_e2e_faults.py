@@ -104,7 +104,13 @@ def test_operator_killed_mid_capture_and_restarted(
         _wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             _apply(cluster, ns, "d", training.name, steps=40, timeoutSeconds=240)
-            capturing = _wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
+            _wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
+            # The PlanSent Event follows the status write; a kill between the two loses it
+            # (reconcile.py), so wait for it: the point here is that nothing is sent twice.
+            cluster.wait_for(
+                lambda: ("Normal", "PlanSent") in cluster.events(ns, "d"), "PlanSent", timeout=30
+            )
+            capturing = _status(cluster, ns, "d")
             assert capturing["phase"] == "Capturing", capturing  # killed mid-capture
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(10)
