@@ -48,6 +48,9 @@ class Capture:
     """Rank → its Kineto trace key, for Kineto folders (the timeline re-reads a few)."""
     breakdown: dict[int, RankBreakdown] = field(default_factory=dict)
     """GPU time breakdown per rank (HTA's definitions), for Kineto folders: breakdown.json."""
+    hardware_keys: dict[int, str] = field(default_factory=dict)
+    """Rank → its hardware.parquet key; read only for the ranks a finding blames on their GPU
+    (analyzer/throttle.py)."""
 
     @property
     def ranks(self) -> list[int]:
@@ -87,6 +90,11 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
         plan=plan,
         notes=files.notes,
         unreadable=files.unreadable,
+        hardware_keys={
+            rank: layout.worker_key(rank, layout.HARDWARE)
+            for rank, names in by_rank.items()
+            if layout.HARDWARE in names
+        },
     )
 
 

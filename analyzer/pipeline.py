@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from perfdiag.analyzer.capture import Capture, load_capture
 from perfdiag.analyzer.collective_findings import (
     annotate_slow_workers,
@@ -30,11 +32,13 @@ from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_
 from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
 from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.analyzer.throttle import HardwareReader, with_throttle_reasons
 from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
 from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.verdict import Verdict
-from perfdiag.storage import Storage, layout, open_storage
+from perfdiag.parquet_io import table_from_bytes
+from perfdiag.storage import Storage, StorageError, layout, open_storage
 
 Progress = Callable[[str], None]
 
@@ -77,7 +81,10 @@ def analyze_capture(
     *,
     roles: RoleAssigner | None = None,
     progress: Progress | None = None,
+    read_hardware: HardwareReader | None = None,
 ) -> Analysis:
+    """Compare the workers of `capture` and build the verdict. `read_hardware` gives a rank's
+    hardware.parquet, for the throttle reasons of the GPUs a finding blames."""
     say = progress or (lambda _msg: None)
     limits = thresholds or Thresholds()
     steps = StepTimes.from_metas(capture.metas)
@@ -117,6 +124,7 @@ def analyze_capture(
     reported += [r for r in candidates if r.finding.severity >= limits.report_severity]
     below = [r for r in candidates if r.finding.severity < limits.report_severity]
     reported = annotate_slow_workers(reported, collectives, features)
+    reported = with_throttle_reasons(reported, read_hardware)
     # Ties: the fused slow_worker before the function_anomaly it contains.
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
     verdict = build_verdict(capture, account, steps, reported, limits)
@@ -153,7 +161,13 @@ def run_analysis(
     if root is not None and not root.parent.is_dir():
         raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
     capture = load_capture(storage, say)
-    analysis = analyze_capture(capture, thresholds, expected_ranks, progress=say)
+    analysis = analyze_capture(
+        capture,
+        thresholds,
+        expected_ranks,
+        progress=say,
+        read_hardware=_hardware_reader(storage, capture),
+    )
     from perfdiag.analyzer.report import render_report
 
     target = out or storage
@@ -168,3 +182,18 @@ def run_analysis(
     target.put_text(layout.VERDICT, analysis.verdict.to_json())
     say(f"wrote {target.uri_of(layout.VERDICT)} and {target.uri_of(layout.REPORT)}")
     return analysis.verdict
+
+
+def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
+    def read(rank: int) -> pa.Table | None:
+        key = capture.hardware_keys.get(rank)
+        if key is None:
+            return None
+        try:
+            return table_from_bytes(storage.get_bytes(key))
+        except (StorageError, pa.ArrowException) as exc:
+            # Throttle reasons only add to a finding: say why they are absent, go on.
+            capture.notes.append(f"rank {rank}: {key} not read ({exc})")
+            return None
+
+    return read

@@ -35,6 +35,8 @@ def hta_python(explicit: str | None = None, *, create: bool = True) -> str:
         subprocess.run(
             [str(python), "-m", "pip", "install", "-q", f"HolisticTraceAnalysis=={HTA_VERSION}"],
             check=True,
+            cwd="/",  # `-m` puts the working directory first: the repository's operator/ would
+            # shadow the standard library's operator module
         )
     _check(str(python))
     return str(python)

@@ -15,6 +15,7 @@ runs 60 ms, then an NCCL all-reduce 30 ms. Faults:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,7 @@ import pytest
 from perfdiag.analyzer.capture import Capture
 from perfdiag.analyzer.hardware_samples import with_resources
 from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.api.verdict import Verdict
 from perfdiag.collector.hardware import Series, hardware_table
 from perfdiag.schema import EVENTS_SCHEMA, WindowMeta, WorkerMeta
 from perfdiag.summary import summarize
@@ -44,6 +46,8 @@ class RankFault:
     gemm_ms: float = 60.0
     nccl_ms: float = 30.0
     python_ms: float = 5.0
+    throttle: int = 0
+    """NVML clock-throttle reason bits while its kernels run (the idle bit is set outside)."""
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -109,6 +113,7 @@ def streams(events: pa.Table, fault: RankFault) -> list[Series]:
     return [
         _series("sm_clock_mhz", "gpu0", False, ts, sm),
         _series("mem_clock_mhz", "gpu0", False, ts, np.full(len(ts), 1593.0)),
+        _series("clock_throttle_reasons", "gpu0", False, ts, np.where(gemm, fault.throttle, 1)),
         _series("net_rx_bytes", "net:eth0", True, ts, rx),
         _series("net_tx_bytes", "net:eth0", True, ts, rx.copy()),
         _series("net_rx_bytes", "net:lo", True, ts, np.cumsum(np.full(len(ts), 5e5))),
@@ -124,17 +129,18 @@ def _series(metric: str, device: str, counter: bool, ts: np.ndarray, values: np.
     return Series(metric, device, counter, array("q", ts.tolist()), array("d", values.tolist()))
 
 
-def analyze(faults: dict[int, RankFault]) -> tuple[list[pa.Table], object]:
-    summaries, metas = [], {}
+def analyze(faults: dict[int, RankFault]) -> tuple[list[pa.Table], Verdict]:
+    summaries, metas, hardware = [], {}, {}
     for rank in range(4):
         events, meta, series = build_rank(rank, faults.get(rank, RankFault()))
         samples = hardware_table(series, meta)  # what the agent writes as hardware.parquet
         summaries.append(with_resources(summarize(events, meta), events, samples))
         metas[rank] = meta
+        hardware[rank] = samples
     capture = Capture(
         source="synthetic", kind="capture", summary=pa.concat_tables(summaries), metas=metas
     )
-    return summaries, analyze_capture(capture).verdict
+    return summaries, analyze_capture(capture, read_hardware=hardware.get).verdict
 
 
 def resource_of(summary: pa.Table, function: str) -> tuple[str | None, float | None]:
@@ -166,6 +172,38 @@ def test_throttled_gpu_clock_is_gpu_hardware() -> None:
     assert "sm_clock_mhz" in verdict.summary
 
 
+@pytest.mark.parametrize(
+    ("bits", "reason", "next_step"),
+    [
+        (0x40, "hardware thermal slowdown in 100%", "too hot"),
+        (0x20, "software thermal slowdown in 100%", "too hot"),
+        (0x4, "software power cap in 100%", "power limit"),
+        (0x80 | 0x8, "hardware power brake in 100%", "power limit"),
+    ],
+)
+def test_a_throttled_gpu_says_whether_heat_or_power_held_its_clock(
+    bits: int, reason: str, next_step: str
+) -> None:
+    fault = RankFault(sm_clock=1100.0, gemm_ms=60.0 * 1410 / 1100, throttle=bits)
+    _, verdict = analyze({2: fault, 0: RankFault(throttle=0x10)})  # rank 0: sync boost, no harm
+    blamed = [f for f in verdict.findings if f.category == "gpu_hardware"]
+    assert blamed and all(f.ranks == [2] for f in blamed), verdict.to_json()
+    for finding in blamed:
+        assert f"rank 2: {reason}" in finding.message, finding.message
+        assert "of its busy samples" in finding.message
+        assert next_step in finding.message.partition(" Next: ")[2], finding.message
+        shares = finding.evidence["throttle_reasons"]["2"]["shares"]
+        assert all(share == 1.0 for share in shares.values()), shares
+
+
+def test_a_slow_gpu_clock_without_a_throttle_reason_says_so() -> None:
+    _, verdict = analyze({2: RankFault(sm_clock=1100.0, gemm_ms=60.0 * 1410 / 1100)})
+    top = verdict.findings[0]
+    assert top.category == "gpu_hardware", verdict.to_json()
+    assert "NVML reported no clock-throttle reason while it was busy" in top.message
+    assert top.evidence["throttle_reasons"]["2"]["shares"] == {}
+
+
 def test_one_slow_nic_is_network() -> None:
     _, verdict = analyze({1: RankFault(nic_gbps=4.0, nccl_ms=55.0)})
     assert verdict.findings, verdict.summary
@@ -194,3 +232,36 @@ def test_oversubscribed_host_is_not_blamed_on_one_rank() -> None:
     faults[3] = RankFault(cpu_share=0.4)
     _, verdict = analyze(faults)
     assert not [f for f in verdict.findings if f.category == "host"], verdict.to_json()
+
+
+def test_analyze_reads_the_blamed_ranks_hardware_files_from_storage(tmp_path: Path) -> None:
+    """Through `analyze(storage)`: the capture's hardware.parquet of the blamed rank gives the
+    reasons; an unreadable one is a note, and the finding stays."""
+    from perfdiag.analyzer import analyze as analyze_storage
+    from perfdiag.parquet_io import table_to_bytes
+    from perfdiag.storage import layout
+    from perfdiag.storage.local import LocalStorage
+    from tests.analyzer.conftest import write_capture
+
+    faults = {2: RankFault(sm_clock=1100.0, gemm_ms=60.0 * 1410 / 1100, throttle=0x4)}
+    storage = LocalStorage(tmp_path)
+    summaries, metas = [], {}
+    for rank in range(4):
+        events, meta, series = build_rank(rank, faults.get(rank, RankFault()))
+        samples = hardware_table(series, meta)
+        summaries.append(with_resources(summarize(events, meta), events, samples))
+        metas[rank] = meta
+        storage.put_bytes(layout.worker_key(rank, layout.HARDWARE), table_to_bytes(samples))
+    write_capture(storage, pa.concat_tables(summaries), metas)
+
+    top = analyze_storage(storage).findings[0]
+    assert top.category == "gpu_hardware" and top.ranks == [2]
+    assert "software power cap in 100%" in top.message, top.message
+    assert top.evidence["throttle_reasons"]["2"]["shares"] == {"sw_power_cap": 1.0}
+
+    storage.put_bytes(layout.worker_key(2, layout.HARDWARE), b"PAR1 not parquet")
+    verdict = analyze_storage(storage)
+    top = verdict.findings[0]
+    assert top.category == "gpu_hardware" and "throttle_reasons" not in top.evidence
+    report = storage.get_text(layout.REPORT)
+    assert "rank 2: workers/2/hardware.parquet not read" in report
