@@ -96,7 +96,8 @@ def throttle_of(hardware: pa.Table) -> Throttle | None:
     rows = hardware.filter(pc.equal(hardware.column("metric"), METRIC))
     if rows.num_rows == 0:
         return None
-    masks = rows.column("value").to_numpy().astype(np.int64)
+    values = rows.column("value").to_numpy(zero_copy_only=False)
+    masks = values[np.isfinite(values)].astype(np.int64)
     busy = masks[(masks & IDLE_BIT) == 0]
     if len(busy) < MIN_BUSY_SAMPLES:
         return None
