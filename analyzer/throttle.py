@@ -144,15 +144,15 @@ def _annotated(finding: Finding, found: Mapping[int, Throttle]) -> Finding:
     }
     named = {rank: t for rank, t in found.items() if t.shares}
     if not named:
-        said = "NVML reported no clock-throttle reason while it was busy"
+        said = "NVML reported no clock-throttle reason while it was busy."
         return finding.model_copy(
-            update={"evidence": evidence, "message": f"{finding.message} ({said})."}
+            update={"evidence": evidence, "message": f"{finding.message} {said}"}
         )
     parts = [
         f"rank {rank}: {t.describe()} of its busy samples" for rank, t in sorted(named.items())
     ]
     causes = [t.cause for t in named.values() if t.cause is not None]
-    cause = max(set(causes), key=causes.count)
+    cause = max(sorted(set(causes)), key=causes.count)  # sorted: ties resolve the same way
     # The generic next step ("check clocks, thermals, power…") gives way to the cause's.
     head, _, _ = finding.message.partition(" Next: ")
     message = (
