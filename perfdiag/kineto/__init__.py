@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag.kineto.allocator import system_allocator
 from perfdiag.kineto.events import (
     StepSpan,
     build_events,
@@ -45,6 +46,11 @@ def read_kineto(path: Path, *, rank: int | None = None) -> tuple[pa.Table, Worke
     step when it has none. The rank is `rank`, else `distributedInfo.rank`, else the file name
     (`rank-3.…json.gz`). Raises TraceError, naming the file and the problem, on malformed input.
     """
+    with system_allocator():
+        return _read_kineto(path, rank)
+
+
+def _read_kineto(path: Path, rank: int | None) -> tuple[pa.Table, WorkerMeta]:
     raw = load_trace(path)
     global_rank = trace_rank(raw, rank)
     steps = profiler_steps(raw)

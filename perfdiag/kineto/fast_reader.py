@@ -1,16 +1,19 @@
 """The fast JSON reader: the file streamed in pieces of a few MB (gunzipped on the way), the
-`traceEvents` array rewritten in place into one event per line and each piece parsed by
-pyarrow's multi-threaded JSON reader against an explicit schema (unknown fields are skipped in
-C++). Only the complete events of a piece are kept before the next one is read, so the peak
-memory is the result plus one piece, never the whole text. Returns None whenever the file
-needs the general reader instead.
+`traceEvents` array cut at the commas between events (found with numpy) and each piece's
+events parsed by DuckDB's JSON functions (yyjson in C++; unknown fields are skipped there) into
+Arrow columns. DuckDB hands each field over as its JSON text, so the JSON type of every value
+is checked here, and any value of an unexpected type sends the file to the general reader,
+which words the error; only the timestamp is converted by DuckDB itself (a JSON number read
+as a decimal stays exact, where its text would be a float64's). Only the complete events of a
+piece are kept before the next one is read, so the peak memory is the result plus one piece,
+never the whole text. Returns None whenever the file needs the general reader instead.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import zlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,25 +23,57 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
-from perfdiag.kineto.json_shape import GZIP_MAGIC, JSON_SCHEMA, TRACE_EVENTS_KEY, TraceError
+from perfdiag.kineto.json_shape import (
+    ARGS,
+    GZIP_MAGIC,
+    INFLATE_ERRORS,
+    JSON_SCHEMA,
+    TRACE_EVENTS_KEY,
+    TraceError,
+    inflater,
+)
 
 Bytes = npt.NDArray[np.uint8]
 
 _NEWLINE, _SPACE, _COMMA, _TAB, _CR = 10, 32, 44, 9, 13
 _OPEN, _CLOSE = 123, 125  # { }
 _MAX_INDENT = 64  # blanks looked at between the events of a pretty-printed file
-_LABELS = (b'"pid": "', b'"tid": "')
-_LABEL_TAIL = 1 << 16  # Kineto writes its label pids ("Spans") among the last events
 _NOT_BLANK = re.compile(rb"\S")
 PIECE = 1 << 22  # bytes of JSON text parsed at once: bounds the memory of the parse
-_BLOCK = 1 << 20  # pyarrow block: a piece is parsed by several threads
 _READ = 1 << 20  # compressed bytes read at once
 _SCAN = 1 << 20  # bytes scanned for separators at once
-# The parse's many short-lived buffers go to the C library's allocator, which gives them back;
-# pyarrow's default (mimalloc) kept 15–40 MB more resident per file (docs/engine.md).
-_PARSE_POOL = pa.system_memory_pool()
+_MAX_NUMBER = 9e15  # the general reader's range (µs): beyond any clock Kineto writes
+_FLOAT = pa.float64()
+_NULL_STRING = pa.scalar(None, pa.string())
+_COMPLETE_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
+# Every field as its JSON text (its type is checked here), but the timestamp: DuckDB reads a
+# number as a float64 before writing its text, and 1.7e15 µs with 3 decimals needs more.
+_STRUCTURE = {
+    **{field.name: "JSON" for field in _COMPLETE_SCHEMA if field.name not in ("pis", "tis")},
+    "ph": "JSON",
+    "ts": "DECIMAL(24,3)",
+    "args": {field.name: "JSON" for field in ARGS},
+}
+_SELECT = f"from_json(line, '{json.dumps(_STRUCTURE)}') AS event"
+_CONNECTION: list[Any] = []  # the process's DuckDB database, made on first use
+_CONNECTION_LOCK = threading.Lock()
+
+
+def _duckdb() -> Any:
+    """The duckdb module, imported on first use (only Kineto import needs it)."""
+    import duckdb
+
+    return duckdb
+
+
+def _cursor() -> Any:
+    """A DuckDB cursor of its own for one reader (a connection serves one thread at a time)."""
+    with _CONNECTION_LOCK:
+        if not _CONNECTION:
+            # One thread: a piece is a few thousand events, and files are read in parallel.
+            _CONNECTION.append(_duckdb().connect(config={"threads": 1}))
+        return _CONNECTION[0].cursor()
 
 
 @dataclass
@@ -71,6 +106,7 @@ class _Reader:
         self.rows = 0  # traceEvents entries parsed so far
         self.parts: list[pa.Table] = []
         self.decoded: dict[int, Any] = {}
+        self.cursor = _cursor()
 
     def feed(self, text: bytes) -> bool:
         self.pending += text
@@ -85,7 +121,8 @@ class _Reader:
         if not len(separators):
             return True
         cut = int(separators[-1])
-        ok = self._parse(buffer[:cut], separators[:-1])
+        escapes = self.pending.find(b"\\", 0, cut) >= 0
+        ok = self._parse(buffer[:cut], separators[:-1], escapes)
         del buffer
         self.pending = self.pending[cut + 1 :]
         return ok
@@ -104,10 +141,10 @@ class _Reader:
         if not isinstance(header, dict):
             return None
         header.pop("traceEvents", None)
-        last = np.frombuffer(bytearray(text[1:end]), dtype=np.uint8)
+        tail = bytearray(text[1:end])
+        last = np.frombuffer(tail, dtype=np.uint8)
         if _NOT_BLANK.search(last.data) is not None:
-            _rename_labels(last, max(0, len(last) - _LABEL_TAIL))
-            if not self._parse(last, _separators(last)):
+            if not self._parse(last, _separators(last), tail.find(b"\\") >= 0):
                 return None
         elif self.rows:
             return None  # a trailing comma: not JSON
@@ -129,41 +166,41 @@ class _Reader:
         self.pending = self.pending[lb + 1 :]
         return True
 
-    def _parse(self, text: Bytes, separators: npt.NDArray[np.intp]) -> bool:
-        """Parse one run of whole event lines (separators already newlines) and keep its
-        complete events."""
-        text[separators] = _NEWLINE
-        table = _parse(text)
-        if table is None:  # perhaps labels ("Spans") before the tail: rename them and retry
-            _rename_labels(text, 0)
-            table = _parse(text)
-        if table is None or table.num_rows != len(separators) + 1:
-            return False  # not one event per line: row i would not be line i
-        index = pa.array(np.arange(self.rows, self.rows + table.num_rows, dtype=np.int64))
-        complete = pc.fill_null(pc.equal(table["ph"], "X"), False)
+    def _parse(self, text: Bytes, separators: npt.NDArray[np.intp], escapes: bool) -> bool:
+        """Parse one run of whole events (cut at `separators`) and keep its complete ones.
+        `escapes`: whether the text holds a backslash (string escapes: rare in traces)."""
+        events = _events(self.cursor, text, separators)
+        if events is None:
+            return False
+        complete = np.asarray(pc.equal(events.field("ph"), '"X"').fill_null(False))
+        rows = np.flatnonzero(complete)
+        table = _complete_events(events.take(pa.array(rows)), escapes)
+        if table is None:
+            return False
+        starts = np.concatenate([[0], separators + 1])
+        stops = np.concatenate([separators, [len(text)]])
+
+        def decoded(row: int) -> Any:
+            try:
+                return json.loads(text[starts[row] : stops[row]].tobytes())
+            except ValueError:
+                return None
+
+        # DuckDB reads a boolean timestamp as 1 or 0: look at the few events where it is.
+        small = pc.and_(pc.greater_equal(table["ts"], 0), pc.less_equal(table["ts"], 1))
+        for row in rows[np.asarray(small)].tolist():
+            if isinstance((decoded(row) or {}).get("ts"), bool):
+                return False
         named = pc.fill_null(pc.match_substring_regex(table["name"], self.decode), False)
-        calls = pc.and_(complete, named)
-        rows = np.flatnonzero(np.asarray(calls.to_numpy(zero_copy_only=False)))
-        if len(rows):
-            starts = np.concatenate([[0], separators + 1])
-            stops = np.concatenate([separators, [len(text)]])
-            for row in rows.tolist():
-                try:
-                    event = json.loads(text[starts[row] : stops[row]].tobytes())
-                except ValueError:
-                    event = None
-                self.decoded[self.rows + row] = event
-        self.rows += table.num_rows
-        kept = table.drop_columns(["ph"]).append_column("index", index).filter(complete)
-        self.parts.append(kept)
+        for row in rows[np.asarray(named)].tolist():
+            self.decoded[self.rows + row] = decoded(row)
+        index = pa.array(rows + self.rows, pa.int64())
+        self.rows += len(events)
+        self.parts.append(table.append_column("index", index))
         return True
 
 
-_EMPTY = (
-    JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
-    .append(pa.field("index", pa.int64()))
-    .empty_table()
-)
+_EMPTY = _COMPLETE_SCHEMA.append(pa.field("index", pa.int64())).empty_table()
 
 
 def _pieces(path: Path, size: int) -> Iterator[bytes]:
@@ -176,44 +213,148 @@ def _pieces(path: Path, size: int) -> Iterator[bytes]:
                 while text := fh.read(size):
                     yield text
                 return
-            inflater = zlib.decompressobj(wbits=47)  # gzip (or zlib) header, auto-detected
-            while not inflater.eof:
-                data = inflater.unconsumed_tail or fh.read(_READ)
-                if not data:
-                    raise TraceError(
-                        f"{path}: truncated gzip data (the file ends before the stream does)"
-                    )
+            stream = inflater()
+            while not stream.eof:
+                data = stream.unconsumed_tail or fh.read(_READ)
                 try:
-                    text = inflater.decompress(data, size)
-                except zlib.error as exc:
+                    text = stream.decompress(data, size)  # b"" in: drains what it holds
+                except INFLATE_ERRORS as exc:
                     raise TraceError(f"{path}: corrupt gzip data ({exc})") from exc
                 if text:
                     yield text
+                elif not data:
+                    raise TraceError(
+                        f"{path}: truncated gzip data (the file ends before the stream does)"
+                    )
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _parse(text: Bytes) -> pa.Table | None:
-    options = pj.ParseOptions(explicit_schema=JSON_SCHEMA, unexpected_field_behavior="ignore")
+def _events(cursor: Any, text: Bytes, separators: npt.NDArray[np.intp]) -> pa.StructArray | None:
+    """The events of `text` (cut at `separators`) as a struct array of their fields' JSON
+    texts (the timestamp as a decimal); None when one does not parse or is not an object."""
+    offsets = np.empty(len(separators) + 2, dtype=np.int32)  # a piece is far below 2 GiB
+    offsets[0], offsets[-1] = 0, len(text)
+    offsets[1:-1] = separators + 1
+    text[separators] = _SPACE  # an event's text ends with blanks, not with the comma
+    lines = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(text))
     try:
-        return pj.read_json(
-            pa.BufferReader(pa.py_buffer(text)),
-            parse_options=options,
-            read_options=pj.ReadOptions(block_size=_BLOCK),
-            memory_pool=_PARSE_POOL,
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        parsed = cursor.from_arrow(pa.table({"line": lines})).select(_SELECT).to_arrow_table()
+    except (_duckdb().Error, UnicodeDecodeError):
+        return None  # not JSON (or not UTF-8): the general reader words it
+    events: pa.StructArray = parsed.column(0).combine_chunks()
+    return None if events.null_count else events  # an entry that is not an object
+
+
+def _complete_events(events: pa.StructArray, escapes: bool) -> pa.Table | None:
+    """The complete events' columns (JSON_SCHEMA without 'ph'); None when a value has another
+    JSON type than the general reader accepts there, or is out of its range. `escapes`: whether
+    the events' text holds a backslash."""
+    fields = dict(zip([f.name for f in events.type], events.flatten(), strict=True))
+    cat, name = _string(fields["cat"], escapes), _string(fields["name"], escapes)
+    pid, pis = _identifier(fields["pid"], escapes)
+    tid, tis = _identifier(fields["tid"], escapes)
+    ts: pa.Array = fields["ts"]
+    dur = _number(fields["dur"])
+    if cat is None or name is None or pid is None or tid is None or dur is None:
         return None
+    if ts.null_count or not _in_range(ts):  # absent, or not a number (DuckDB read it as null)
+        return None
+    args = fields["args"].flatten()
+    arg_values = [_integer_arg(column) for column in args]
+    if any(column is None for column in arg_values):
+        return None
+    return pa.table(
+        {
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "pis": pis,
+            "tid": tid,
+            "tis": tis,
+            "ts": ts,
+            "dur": dur,
+            "args": pa.StructArray.from_arrays(arg_values, fields=list(ARGS)),
+        },
+        schema=_COMPLETE_SCHEMA,
+    )
+
+
+def _string(texts: pa.Array, escapes: bool) -> pa.Array | None:
+    """JSON strings (or null) → their values; None when another JSON type is there.
+    `escapes`: whether the text may hold a backslash escape (rare: '\\"', '\\u00e9')."""
+    quoted = pc.starts_with(texts, '"')
+    if pc.all(quoted).as_py() is False and not _all_null(texts, quoted):
+        return None
+    return _unquote(texts, quoted, escapes)
+
+
+def _all_null(texts: pa.Array, quoted: pa.Array) -> bool:
+    """Whether every text that is not a JSON string is JSON's null."""
+    return not pc.any(pc.invert(pc.or_(quoted, pc.equal(texts, "null")))).as_py()
+
+
+def _unquote(texts: pa.Array, quoted: pa.Array, escapes: bool) -> pa.Array:
+    values = pc.utf8_slice_codeunits(texts, 1, -1)
+    if pc.all(quoted).as_py() is False:
+        values = pc.if_else(quoted, values, _NULL_STRING)
+    if not escapes:
+        return values
+    escaped = np.flatnonzero(np.asarray(pc.match_substring(values, "\\").fill_null(False)))
+    if not len(escaped):
+        return values
+    decoded = [json.loads(texts[int(row)].as_py()) for row in escaped]
+    mask = np.zeros(len(texts), dtype=bool)
+    mask[escaped] = True
+    return pc.replace_with_mask(values, pa.array(mask), pa.array(decoded, pa.string()))
+
+
+def _identifier(texts: pa.Array, escapes: bool) -> tuple[pa.Array | None, pa.Array]:
+    """pid/tid: (the integers, the labels written as strings); None for other JSON types."""
+    quoted = pc.starts_with(texts, '"')
+    if not pc.any(quoted).as_py():
+        return _number(texts, pa.int64()), pa.nulls(len(texts), pa.string())
+    labels = _unquote(texts, quoted, escapes)
+    return _number(pc.if_else(quoted, _NULL_STRING, texts), pa.int64()), labels
+
+
+def _number(texts: pa.Array, to: pa.DataType = _FLOAT) -> pa.Array | None:
+    """JSON numbers (or null) → `to`; None for other JSON types, numbers that are not of type
+    `to` (1.5 as an integer) and numbers out of the general reader's range."""
+    if pc.any(pc.equal(texts, "null")).as_py():
+        texts = pc.if_else(pc.equal(texts, "null"), _NULL_STRING, texts)
+    try:
+        numbers = pc.cast(texts, to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # a string, boolean, array or object (or 1.5 as an integer)
+    return numbers if _in_range(numbers) else None
+
+
+def _in_range(numbers: pa.Array) -> bool:
+    if numbers.null_count == len(numbers):
+        return True
+    if pa.types.is_floating(numbers.type) and pc.any(pc.is_nan(numbers)).as_py():
+        return False
+    low, high = pc.min_max(numbers).values()
+    return float(low.as_py()) > -_MAX_NUMBER and float(high.as_py()) < _MAX_NUMBER
+
+
+def _integer_arg(texts: pa.Array) -> pa.Array | None:
+    """An integer argument: JSON integers → int64, strings → null (as
+    general_reader.integer_arg); None for anything else (1.0, 1e3, true, objects), which the
+    general reader sorts out."""
+    quoted = pc.starts_with(texts, '"')
+    if pc.any(quoted).as_py():
+        texts = pc.if_else(quoted, _NULL_STRING, texts)
+    return _number(texts, pa.int64())
 
 
 def _separators(text: Bytes) -> npt.NDArray[np.intp]:
-    """Rewrite raw newlines (whitespace in JSON) to spaces and return the commas between
-    events ('}' blanks ',' blanks '{'). A comma whose next non-blank byte is not in `text`
-    (yet) is not one."""
+    """The commas between events ('}' blanks ',' blanks '{'). A comma whose next non-blank
+    byte is not in `text` (yet) is not one."""
     found = []
     for lo in range(0, len(text), _SCAN):  # in slices: the temporaries stay small
         part = text[lo : lo + _SCAN]
-        np.copyto(part, _SPACE, where=part == _NEWLINE)
         commas = np.flatnonzero(part == _COMMA) + lo
         found.append(commas[(commas > 0) & (text[np.maximum(commas - 1, 0)] == _CLOSE)])
     commas = np.concatenate(found) if found else np.zeros(0, dtype=np.intp)
@@ -227,19 +368,11 @@ def _separators(text: Bytes) -> npt.NDArray[np.intp]:
         beyond = at >= size
         pending = pending[~beyond]  # undecided: the text ends first
         byte = text[at[~beyond]]
-        blank = (byte == _SPACE) | (byte == _TAB) | (byte == _CR)
+        blank = (byte == _SPACE) | (byte == _NEWLINE) | (byte == _TAB) | (byte == _CR)
         following[pending[~blank]] = byte[~blank]
         pending = pending[blank]
     separators: npt.NDArray[np.intp] = commas[following == _OPEN]
     return separators
-
-
-def _rename_labels(text: Bytes, start: int) -> None:
-    """Rename "pid": "Spans" to "pis": "Spans" (and tid) from `start` on."""
-    view = text.data
-    for label in _LABELS:
-        for match in re.finditer(re.escape(label), view[start:]):
-            text[start + match.start() + 3] = ord("s")
 
 
 def _events_array_end(data: bytes, lb: int) -> int | None:

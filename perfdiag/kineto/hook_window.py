@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfdiag.collector.spool import HOOK_META, TRACE
+from perfdiag.kineto.allocator import system_allocator
 from perfdiag.kineto.events import StepSpan, build_events, profiler_steps, step_bounds
 from perfdiag.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, load_trace
 from perfdiag.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, WindowMeta, WorkerMeta, with_meta
@@ -32,6 +33,18 @@ def read_hook_window(
 ) -> tuple[pa.Table, WorkerMeta]:
     """Events (with metadata) and WorkerMeta of the window in `window_dir`, whose hook.json
     says `hook`. Raises TraceError when the window cannot be read."""
+    with system_allocator():
+        return _read_hook_window(window_dir, hook, rank=rank, plan_id=plan_id, pod=pod)
+
+
+def _read_hook_window(
+    window_dir: Path,
+    hook: dict[str, Any],
+    *,
+    rank: int,
+    plan_id: str,
+    pod: str | None,
+) -> tuple[pa.Table, WorkerMeta]:
     trace_path = window_dir / TRACE
     first_step = _int_field(trace_path, hook, "first_step")
     steps = _int_field(trace_path, hook, "steps")

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pyarrow as pa
+from isal import isal_zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_EVENTS_KEY = b'"traceEvents"'
+
+
+# ISA-L's inflate: the zlib interface, about 2.5× faster than zlib on these files.
+# (isal's stub declares its error class as an instance.)
+INFLATE_ERRORS: tuple[type[Exception], ...] = (cast("type[Exception]", isal_zlib.error),)
+
+
+def inflater() -> Any:
+    """A streaming gunzip (a gzip or zlib header, auto-detected), zlib's decompressobj API."""
+    return isal_zlib.decompressobj(wbits=47)
 
 
 class TraceError(ValueError):

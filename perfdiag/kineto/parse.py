@@ -9,7 +9,6 @@ kernels, gloo/nccl annotations) are decoded for those few events alone.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag.kineto.allocator import system_allocator
 from perfdiag.kineto.fast_reader import PIECE, read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
-from perfdiag.kineto.json_shape import GZIP_MAGIC, TraceError
+from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater
 
 __all__ = ["RAW_SCHEMA", "RawTrace", "TraceError", "dtype_bytes", "load_trace"]
 
@@ -76,6 +76,11 @@ def load_trace(path: Path, *, fast: bool = True, piece: int = PIECE) -> RawTrace
     """Read a Kineto trace (.json or .json.gz); raise TraceError naming the problem.
     `fast=False` forces the general reader (tests compare the two); `piece` is the text the
     fast reader parses at once."""
+    with system_allocator():
+        return _load(path, fast, piece)
+
+
+def _load(path: Path, fast: bool, piece: int) -> RawTrace:
     result = read_stream(path, COMM_CALL, piece=piece) if fast else None
     decode: Callable[[int], Any]
     if result is not None:
@@ -102,12 +107,12 @@ def _decompress(path: Path, blob: bytes) -> bytes:
     if not blob.startswith(GZIP_MAGIC):
         return blob
     try:
-        inflater = zlib.decompressobj(wbits=47)  # gzip (or zlib) header, auto-detected
-        data = inflater.decompress(blob)
-        if not inflater.eof:
+        stream = inflater()
+        data: bytes = stream.decompress(blob)
+        if not stream.eof:
             raise TraceError(f"{path}: truncated gzip data (the file ends before the stream does)")
         return data
-    except zlib.error as exc:
+    except INFLATE_ERRORS as exc:
         raise TraceError(f"{path}: corrupt gzip data ({exc})") from exc
 
 

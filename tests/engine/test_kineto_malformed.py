@@ -327,3 +327,65 @@ def test_the_fast_reader_gives_the_same_table_in_any_piece_size(
     assert pieces.events.equals(general), (pieces.fast, piece)
     assert pieces.fast == whole.fast
     assert pieces.header == whole.header
+
+
+# The fast reader gets every field as DuckDB hands it over and checks its JSON type; a value
+# of another type sends the file to the general reader, so the result is the general reader's.
+_EVENT = '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 3'
+TYPE_CASES = {
+    "integer written as a float": (_EVENT.replace('"pid": 1', '"pid": 1.0') + "}", False),
+    "boolean timestamp": (_EVENT.replace('"ts": 10', '"ts": true') + "}", False),
+    "timestamp 0 (a relative clock)": (_EVENT.replace('"ts": 10', '"ts": 0') + "}", True),
+    "string and float arguments": (_EVENT + ', "args": {"stream": "7", "device": 1.0}}', False),
+    "integer arguments": (_EVENT + ', "args": {"stream": 7, "device": 0, "correlation": 5}}', True),
+    "escapes in a name": (_EVENT.replace("aten::mm", 'a\\"b\\u00e9\\n') + "}", True),
+    "label pid": (_EVENT.replace('"pid": 1', '"pid": "Spans"') + "}", True),
+    "boolean name": (_EVENT.replace('"aten::mm"', "true") + "}", False),
+    "NaN duration": (_EVENT.replace('"dur": 3', '"dur": NaN') + "}", False),
+    "number beyond the general reader's range": (
+        _EVENT.replace('"tid": 2', '"tid": 9000000000000001') + "}",
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TYPE_CASES))
+def test_a_value_of_another_json_type_gets_the_general_readers_answer(
+    case: str, tmp_path: Path
+) -> None:
+    event, stays_fast = TYPE_CASES[case]
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + event + ", " + _EVENT + "}]}")
+
+    def outcome(fast: bool) -> Any:
+        try:
+            raw = load_trace(path, fast=fast)
+        except TraceError as exc:
+            return str(exc)
+        return raw.events.to_pylist(), raw.fast
+
+    fast, general = outcome(True), outcome(False)
+    if isinstance(general, str):
+        assert fast == general
+        return
+    assert fast[0] == general[0]
+    assert fast[1] is stays_fast
+
+
+def test_invalid_utf8_is_refused_by_both_readers(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(('{"traceEvents": [' + _EVENT + "}]}").encode().replace(b"mm", b"\xff\xfe"))
+    with pytest.raises(TraceError, match="not UTF-8 text"):
+        load_trace(path)
+
+
+def test_what_the_fast_reader_tolerates_beyond_strict_json(tmp_path: Path) -> None:
+    # DuckDB's JSON parser (yyjson) takes a trailing comma inside an object, and the first of
+    # two equal keys; Python's json refuses the first and keeps the last (docs/engine.md).
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + _EVENT + ', "dur": 4,}]}')
+    raw = load_trace(path)
+    assert raw.fast
+    assert raw.events["dur_ns"].to_pylist() == [3000]
+    with pytest.raises(TraceError, match="not valid JSON"):
+        load_trace(path, fast=False)
