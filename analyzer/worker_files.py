@@ -1,9 +1,11 @@
 """Reading every worker's files of a capture in bulk (DESIGN.md §3 layout).
 
 A capture can hold 100,000 workers. Per worker, the only work left in Python is fetching its
-files and handing the Parquet bytes to Arrow, done in batches on a thread pool as wide as the
-storage says reads are worth having in flight (S3: many, its GETs wait on the network; a local
-folder: one per core, its reads are CPU work). Everything else is done once for all
+files and handing the Parquet bytes to Arrow, done in batches on a pool as wide as the storage
+says reads are worth having in flight: threads for S3 (many: its GETs wait on the network),
+processes for a large local folder (one per core: its reads are CPU work, and decoding a
+Parquet file holds the GIL, so a second thread adds nothing). Each batch comes back as one
+table. Everything else is done once for all
 workers: the WorkerMeta and status.json documents are validated by one pydantic call each, the
 summaries concatenated into one table whose rank column comes from the keys. A worker whose file
 fails a check goes through the one-file path (`read_summary_file`), which names the problem.
@@ -14,18 +16,20 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import TypeAdapter, ValidationError
 
 from perfdiag.analyzer.errors import CaptureError
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.process_pool import ProcessPoolError, map_in_processes
 from perfdiag.schema import (
     META_SCHEMA,
     META_WORKER,
@@ -39,6 +43,10 @@ from perfdiag.validation import validation_problems
 
 BATCH_WORKERS = 256
 """Workers per thread-pool task: one future per worker cost more than its Parquet decode."""
+PROCESS_MIN_WORKERS = 8192
+"""Fewer workers are read on threads: a spawned process takes ~1 s to import its modules."""
+PROCESS_BATCH_WORKERS = 2048
+"""Workers per process-pool task (one packed table each way)."""
 PROGRESS_EVERY_S = 1.0
 
 _METAS = TypeAdapter(list[WorkerMeta])
@@ -63,15 +71,39 @@ class WorkerFiles:
 
 @dataclass
 class _Fetched:
-    """One batch of workers as fetched by a pool thread, not yet validated."""
+    """One batch of workers as fetched by a pool thread or process, not yet validated."""
 
-    ranks: list[int] = field(default_factory=list)
-    tables: list[pa.Table] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # the workers with a summary, in order
+    tables: list[pa.Table] = field(default_factory=list)  # theirs, until packed
     meta_json: list[bytes] = field(default_factory=list)
     unreadable: dict[int, str] = field(default_factory=dict)
     status_json: dict[int, bytes] = field(default_factory=dict)
     stacks: dict[int, Any] = field(default_factory=dict)
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
+    # Packed: the summaries of SUMMARY_SCHEMA as one table (rows per rank, 0 for the others),
+    # the others (older engines' extra columns) apart. One table per batch, not one per
+    # worker: 100,000 small tables cost more than their rows, and cross a process cheaply.
+    summary: pa.Table | None = None
+    rows: list[int] = field(default_factory=list)
+    odd: dict[int, pa.Table] = field(default_factory=dict)
+
+    def pack(self) -> _Fetched:
+        standard = [t.schema.equals(SUMMARY_SCHEMA) for t in self.tables]
+        self.rows = [
+            t.num_rows if same else 0 for t, same in zip(self.tables, standard, strict=True)
+        ]
+        self.summary = (
+            pa.concat_tables(
+                [t for t, same in zip(self.tables, standard, strict=True) if same],
+            ).combine_chunks()
+            if any(standard)
+            else empty_summary()
+        )
+        self.odd = {
+            r: t for r, t, same in zip(self.ranks, self.tables, standard, strict=True) if not same
+        }
+        self.tables = []
+        return self
 
 
 def read_worker_files(
@@ -82,23 +114,52 @@ def read_worker_files(
     summary_ranks = [r for r in sorted(by_rank) if layout.SUMMARY in by_rank[r]]
     say(f"loading {len(summary_ranks)} worker summaries from {storage.uri}")
     ranks = sorted(by_rank)
-    batches = [ranks[i : i + BATCH_WORKERS] for i in range(0, len(ranks), BATCH_WORKERS)]
     fetched: list[_Fetched] = []
     loaded = 0
     last_report = time.monotonic()
-    threads = max(1, min(storage.read_concurrency, len(batches)))
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for batch in pool.map(lambda b: _fetch_batch(storage, b, by_rank), batches):
-            fetched.append(batch)
-            loaded += len(batch.ranks)
-            now = time.monotonic()
-            if now - last_report >= PROGRESS_EVERY_S:
-                say(f"loaded {loaded}/{len(summary_ranks)} workers")
-                last_report = now
+    for batch in _fetch_all(storage, ranks, by_rank):
+        fetched.append(batch)
+        loaded += len(batch.ranks)
+        now = time.monotonic()
+        if now - last_report >= PROGRESS_EVERY_S:
+            say(f"loaded {loaded}/{len(summary_ranks)} workers")
+            last_report = now
     files = _validate(storage, fetched)
     if summary_ranks:
         say(f"loaded {len(files.metas)}/{len(summary_ranks)} workers")
     return files
+
+
+def _fetch_all(
+    storage: Storage, ranks: list[int], by_rank: dict[int, set[str]]
+) -> Iterator[_Fetched]:
+    """The workers' files in batches, in rank order: on a pool of processes where reading is
+    CPU work (Parquet decoding holds the GIL: threads beyond one add nothing) and the capture
+    is large enough to pay for starting them, else on threads."""
+    width = storage.read_concurrency
+    done = 0
+    if storage.reads_are_cpu_work and width > 1 and len(ranks) >= PROCESS_MIN_WORKERS:
+        size = PROCESS_BATCH_WORKERS
+        tasks = [
+            (storage, part, {r: by_rank[r] for r in part})
+            for part in (ranks[i : i + size] for i in range(0, len(ranks), size))
+        ]
+        try:
+            for index, batch in enumerate(map_in_processes(_fetch_task, tasks, width)):
+                done += len(tasks[index][1])
+                yield batch
+            return
+        except ProcessPoolError:
+            pass  # go on in threads: slower, and it says why if a file is at fault
+    rest = ranks[done:]
+    batches = [rest[i : i + BATCH_WORKERS] for i in range(0, len(rest), BATCH_WORKERS)]
+    with ThreadPoolExecutor(max_workers=max(1, min(width, len(batches)))) as pool:
+        yield from pool.map(lambda b: _fetch_batch(storage, b, by_rank).pack(), batches)
+
+
+def _fetch_task(task: tuple[Storage, list[int], dict[int, set[str]]]) -> _Fetched:
+    storage, ranks, by_rank = task
+    return _fetch_batch(storage, ranks, by_rank).pack()
 
 
 def read_summary_file(storage: Storage, rank: int, data: bytes) -> tuple[pa.Table, WorkerMeta]:
@@ -210,31 +271,36 @@ def _get(storage: Storage, rank: int, name: str, names: set[str]) -> bytes | Non
 
 def _validate(storage: Storage, fetched: list[_Fetched]) -> WorkerFiles:
     ranks = [r for batch in fetched for r in batch.ranks]
-    tables = [t for batch in fetched for t in batch.tables]
     unreadable = {r: why for batch in fetched for r, why in batch.unreadable.items()}
     metas = _validate_metas(
         storage, ranks, [m for batch in fetched for m in batch.meta_json], unreadable
     )
-    kept_ranks: list[int] = []
-    kept_tables: list[pa.Table] = []
-    for rank, table in zip(ranks, tables, strict=True):
-        if rank not in metas:
-            continue
-        if not table.schema.equals(SUMMARY_SCHEMA):
+    parts: list[pa.Table] = []
+    for batch in fetched:
+        kept = np.fromiter((r in metas for r in batch.ranks), bool, len(batch.ranks))
+        rows = np.asarray(batch.rows, np.int64)
+        assert batch.summary is not None, "batches are packed where they are fetched"
+        # The key is authoritative for the rank column (one file = one worker).
+        rank_column = np.repeat(np.asarray(batch.ranks, np.int32)[kept], rows[kept])
+        table = batch.summary.filter(pa.array(np.repeat(kept, rows)))
+        parts.append(table.set_column(0, "rank", pa.array(rank_column, pa.int32())))
+        for rank, odd in batch.odd.items():
+            if rank not in metas:
+                continue
             origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
             try:
-                table = normalize_summary(table, origin)
+                table = normalize_summary(odd, origin)
             except CaptureError as exc:
                 unreadable[rank] = str(exc)
                 del metas[rank]
                 continue
-        kept_ranks.append(rank)
-        kept_tables.append(table)
+            column = pa.array(np.full(table.num_rows, rank, np.int32))
+            parts.append(table.set_column(0, "rank", column))
     statuses, notes = _validate_statuses(
         {r: s for batch in fetched for r, s in batch.status_json.items()}
     )
     return WorkerFiles(
-        summary=_concat(kept_ranks, kept_tables),
+        summary=_concat(parts, in_order=not any(batch.odd for batch in fetched)),
         metas=dict(sorted(metas.items())),
         statuses=statuses,
         stacks={r: s for batch in fetched for r, s in batch.stacks.items()},
@@ -316,12 +382,12 @@ def _validate_all(adapter: TypeAdapter[list[T]], documents: Sequence[bytes]) -> 
     return _validate_all(adapter, documents[:half]) + _validate_all(adapter, documents[half:])
 
 
-def _concat(ranks: list[int], tables: list[pa.Table]) -> pa.Table:
-    if not tables:
+def _concat(parts: list[pa.Table], *, in_order: bool) -> pa.Table:
+    """The workers' summaries as one table in rank order (batches come in rank order; a
+    worker read apart, with an odd file, is sorted in)."""
+    if not parts:
         return empty_summary()
-    order = np.argsort(np.asarray(ranks), kind="stable")
-    summary = pa.concat_tables([tables[i] for i in order]).combine_chunks()
-    rows = np.fromiter((tables[i].num_rows for i in order), np.int64, len(order))
-    # The key is authoritative for the rank column (one file = one worker).
-    rank_column = np.repeat(np.asarray(ranks, np.int32)[order], rows)
-    return summary.set_column(0, "rank", pa.array(rank_column, pa.int32()))
+    summary = pa.concat_tables(parts).combine_chunks()
+    if in_order:
+        return summary
+    return summary.take(pc.sort_indices(summary["rank"]))

@@ -72,6 +72,12 @@ class Storage(abc.ABC):
         hides its latency behind many."""
         return 16
 
+    @property
+    def reads_are_cpu_work(self) -> bool:
+        """Whether reading a key costs CPU rather than waiting (a page-cached local file): then
+        many keys are read by `read_concurrency` processes, not threads (the GIL)."""
+        return False
+
 
 def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):

@@ -24,6 +24,10 @@ class LocalStorage(Storage):
         # 10,000 worker files on 2 cores: 11.3 s with 16 threads, 5.9 s with 2).
         return os.cpu_count() or 1
 
+    @property
+    def reads_are_cpu_work(self) -> bool:
+        return True
+
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
