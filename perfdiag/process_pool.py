@@ -59,17 +59,19 @@ def map_in_processes(function: Callable[[T], R], tasks: Iterable[T], width: int)
             ok, value = pickle.load(child.stdout)
         except (OSError, EOFError, pickle.UnpicklingError) as exc:
             raise ProcessPoolError(f"a child interpreter died (exit {child.poll()})") from exc
-        idle.put(child)
+        finally:
+            idle.put(child)  # a dead one too: the tasks waiting for it fail at once
         if not ok:
             raise ProcessPoolError(f"a child interpreter failed a task: {value}")
         result: R = value
         return result
 
+    # One thread per child: each waits on its pipe with the GIL released.
+    pool = ThreadPoolExecutor(max_workers=width)
     try:
-        # One thread per child: each waits on its pipe with the GIL released.
-        with ThreadPoolExecutor(max_workers=width) as pool:
-            yield from pool.map(round_trip, tasks)
+        yield from pool.map(round_trip, tasks)
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # a failure or a caller that stopped
         _stop(children)
 
 
