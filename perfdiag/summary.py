@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfdiag import taxonomy
+from perfdiag.allocator import system_allocator
 from perfdiag.critical_path import IDLE, critical_path
 from perfdiag.schema import IDLE as IDLE_CATEGORY
 from perfdiag.schema import (
@@ -43,6 +44,11 @@ def summarize(
     max_rows: int = MAX_ROWS,
 ) -> pa.Table:
     """SUMMARY_SCHEMA rows (with the worker metadata) for the events of one window."""
+    with system_allocator():
+        return _summarize(events, meta, beta_floor, max_rows)
+
+
+def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: int) -> pa.Table:
     bounds = meta.window.step_bounds_ns
     charged = critical_path(events, bounds)
     step_ns = charged.step_ns.astype(np.float64)

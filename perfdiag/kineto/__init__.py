@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto.allocator import system_allocator
+from perfdiag.allocator import system_allocator
 from perfdiag.kineto.events import (
     StepSpan,
     build_events,

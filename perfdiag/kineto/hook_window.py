@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag.allocator import system_allocator
 from perfdiag.collector.spool import HOOK_META, TRACE
-from perfdiag.kineto.allocator import system_allocator
 from perfdiag.kineto.events import StepSpan, build_events, profiler_steps, step_bounds
 from perfdiag.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, load_trace
 from perfdiag.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, WindowMeta, WorkerMeta, with_meta

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto.allocator import system_allocator
+from perfdiag.allocator import system_allocator
 from perfdiag.kineto.fast_reader import PIECE, read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater

@@ -1,4 +1,4 @@
-"""Arrow's memory pool while traces are read."""
+"""Arrow's memory pool while a worker's trace is read and summarized."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ _USERS: list[Any] = []  # [the pool to restore, then one entry per reader runnin
 
 @contextmanager
 def system_allocator() -> Iterator[None]:
-    """Arrow's default memory pool is the C library's allocator while any trace is read. The
-    parse's many short-lived buffers go back to it; pyarrow's default (mimalloc) kept ~50 MB
-    more resident per file (docs/engine.md). Process-wide, hence counted across threads."""
+    """Arrow's default memory pool is the C library's allocator while any trace is read or
+    summarized. Their many short-lived buffers go back to it; pyarrow's default (mimalloc)
+    kept ~45 MB more resident per file (docs/engine.md). Process-wide, hence counted across
+    threads."""
     with _LOCK:
         if not _USERS:
             _USERS.append(pa.default_memory_pool())
