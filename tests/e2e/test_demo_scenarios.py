@@ -1,5 +1,10 @@
 """Every demo scenario, end to end, several times: real 4-rank gloo training under
-`perfdiag demo`, the verdict read back from verdict.json. A flaky diagnosis is a failing one."""
+`perfdiag demo`, the verdict read back from verdict.json. A flaky diagnosis is a failing one.
+
+One exception, for the healthy scenario alone: 4 ranks share this machine's 2 cores, and about
+one healthy run in 20 has one rank really slower in one op for most of the window (same calls,
+several times the CPU time, no run-queue wait, no stolen time: docs/testing.md), which the
+analyzer rightly reports. Such a run is printed and run once more; two in a row fail."""
 
 from __future__ import annotations
 
@@ -24,6 +29,10 @@ def test_demo_scenario(name: str, run: int, tmp_path: Path, perfdiag: Any, verdi
     fault_rank = FAULT_RANK_OF_RUN[run]
     out = tmp_path / "diag"
     result = perfdiag("demo", name, "--rank", str(fault_rank), "--out", str(out), cwd=tmp_path)
+    if scenario.healthy and result.code != 0:
+        print(f"healthy run flagged, running it once more; the first run:\n{result.explain()}")
+        out = tmp_path / "diag-again"
+        result = perfdiag("demo", name, "--rank", str(fault_rank), "--out", str(out), cwd=tmp_path)
     assert result.code == 0, result.explain()
     assert "demo: the diagnosis matches the scenario" in result.stdout, result.explain()
 
