@@ -30,6 +30,7 @@ from perfdiag.kineto.json_shape import (
     GZIP_MAGIC,
     INFLATE_ERRORS,
     JSON_SCHEMA,
+    MAX_NUMBER,
     TRACE_EVENTS_KEY,
     TraceError,
     inflater,
@@ -44,7 +45,6 @@ _NOT_BLANK = re.compile(rb"\S")
 PIECE = 1 << 22  # bytes of JSON text parsed at once: bounds the memory of the parse
 _READ = 1 << 20  # compressed bytes read at once
 _SCAN = 1 << 20  # bytes scanned for separators at once
-_MAX_NUMBER = 9e15  # the general reader's range (µs): beyond any clock Kineto writes
 _FLOAT = pa.float64()
 _NULL_STRING = pa.scalar(None, pa.string())
 _COMPLETE_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
@@ -353,7 +353,7 @@ def _in_range(numbers: pa.Array) -> bool:
     if pa.types.is_floating(numbers.type) and pc.any(pc.is_nan(numbers)).as_py():
         return False
     low, high = pc.min_max(numbers).values()
-    return float(low.as_py()) > -_MAX_NUMBER and float(high.as_py()) < _MAX_NUMBER
+    return float(low.as_py()) > -MAX_NUMBER and float(high.as_py()) < MAX_NUMBER
 
 
 def _integer_arg(texts: pa.Array) -> pa.Array | None:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, TraceError
+from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, MAX_NUMBER, TraceError
 
 _LABEL = {"pid": "pis", "tid": "tis"}
-_MAX_NUMBER = Decimal(9 * 10**15)  # µs: beyond any clock Kineto writes, inside int64 as ns
+_MAX_NUMBER = Decimal(MAX_NUMBER)
 
 
 def read_general(path: Path, data: bytes) -> tuple[dict[str, Any], pa.Table, list[Any]]:

@@ -9,6 +9,8 @@ from isal import isal_zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_EVENTS_KEY = b'"traceEvents"'
+# Both readers refuse numbers (µs) this large: beyond any clock Kineto writes, inside int64 as ns.
+MAX_NUMBER = 9 * 10**15
 
 
 # ISA-L's inflate: the zlib interface, about 2.5× faster than zlib on these files.
