@@ -7,13 +7,17 @@ identical to the one of a perfdiag capture.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from perfdiag.analyzer.capture import Capture, empty_summary, normalize_summary
+from perfdiag.analyzer.collectives import collective_calls, empty_collectives
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.schema import WorkerMeta
@@ -35,12 +39,18 @@ def find_traces(storage: Storage) -> list[str]:
     ]
 
 
-def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
-    from perfdiag.analyzer.collectives import collective_calls, empty_collectives
-    from perfdiag.breakdown import gpu_breakdown
-    from perfdiag.kineto import TraceError, read_kineto
-    from perfdiag.summary import summarize
+@dataclass
+class _Imported:
+    """What the analysis keeps of one trace file: its summary and a few small tables."""
 
+    key: str
+    meta: WorkerMeta
+    summary: pa.Table
+    calls: pa.Table
+    breakdown: RankBreakdown
+
+
+def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
     tables: dict[int, pa.Table] = {}
     metas: dict[int, WorkerMeta] = {}
     files: dict[int, str] = {}
@@ -48,29 +58,32 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
     skipped: list[str] = []
     calls: list[pa.Table] = []  # one small table per rank
     say(f"importing {len(keys)} Kineto trace file(s) from {storage.uri}")
-    with tempfile.TemporaryDirectory(prefix="perfdiag-kineto-") as tmp:
-        for done, key in enumerate(keys, start=1):
-            path = storage.local_path(key)
-            if path is None:
-                path = Path(tmp) / key.replace("/", "_")
-                storage.get_file(key, path)
-            try:
-                events, meta = read_kineto(path)
-            except TraceError as exc:
-                skipped.append(f"{key}: {exc}")
-                say(f"skipped {key}: {exc}")
+    # One file per core at a time: the reader and the summary spend most of their time in
+    # DuckDB, Arrow and numpy, which release the GIL. Each file's events are dropped once it is
+    # summarized, so the memory is that of `workers` files, whatever the folder holds.
+    workers = max(1, min(len(keys), os.cpu_count() or 1))
+    with (
+        tempfile.TemporaryDirectory(prefix="perfdiag-kineto-") as tmp,
+        ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto") as pool,
+    ):
+        results = pool.map(lambda key: _import(storage, key, Path(tmp)), keys)
+        for done, (key, result) in enumerate(zip(keys, results, strict=True), start=1):
+            if isinstance(result, str):
+                skipped.append(f"{key}: {result}")
+                say(f"skipped {key}: {result}")
                 continue
-            if meta.rank in files:
+            rank = result.meta.rank
+            if rank in files:
                 raise CaptureError(
-                    f"{storage.uri}: two traces for rank {meta.rank}: {files[meta.rank]} and {key}"
+                    f"{storage.uri}: two traces for rank {rank}: {files[rank]} and {key}"
                     " (analyze one window at a time: move the other file away)"
                 )
-            files[meta.rank] = key
-            tables[meta.rank] = normalize_summary(summarize(events, meta), storage.uri_of(key))
-            metas[meta.rank] = meta
-            calls.append(collective_calls(events))
-            breakdown[meta.rank] = gpu_breakdown(events, meta.window.step_bounds_ns)
-            say(f"summarized {done}/{len(keys)} traces (rank {meta.rank})")
+            files[rank] = key
+            tables[rank] = result.summary
+            metas[rank] = result.meta
+            calls.append(result.calls)
+            breakdown[rank] = result.breakdown
+            say(f"summarized {done}/{len(keys)} traces (rank {rank})")
     if not tables:
         detail = "; ".join(skipped[:5])
         raise NoCaptureError(
@@ -87,4 +100,30 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
         breakdown=breakdown,
         collectives=pa.concat_tables(calls) if calls else empty_collectives(),
         trace_keys=files,
+    )
+
+
+def _import(storage: Storage, key: str, tmp: Path) -> _Imported | str:
+    """One trace file imported and summarized; a string says why it was skipped."""
+    from perfdiag.breakdown import gpu_breakdown
+    from perfdiag.kineto import TraceError, read_kineto
+    from perfdiag.summary import summarize
+
+    path = storage.local_path(key)
+    if path is None:
+        path = tmp / key.replace("/", "_")
+        storage.get_file(key, path)
+    try:
+        events, meta = read_kineto(path)
+    except TraceError as exc:
+        return str(exc)
+    finally:
+        if storage.local_path(key) is None:
+            path.unlink(missing_ok=True)  # the copy of a remote file is no longer needed
+    return _Imported(
+        key=key,
+        meta=meta,
+        summary=normalize_summary(summarize(events, meta), storage.uri_of(key)),
+        calls=collective_calls(events),
+        breakdown=gpu_breakdown(events, meta.window.step_bounds_ns),
     )

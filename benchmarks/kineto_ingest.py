@@ -198,6 +198,7 @@ def main() -> None:
         ("perfdiag read_kineto, one after the other", "sequential", "events"),
         ("perfdiag read_kineto, one thread per file", "threads", "events"),
         ("perfdiag read_kineto + summarize, one after the other", "sequential", "summary"),
+        ("perfdiag read_kineto + summarize, one thread per file", "threads", "summary"),
     ]
     python = None if args.no_hta else hta_python(args.hta_python)
     with tempfile.TemporaryDirectory() as folder:

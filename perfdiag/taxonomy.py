@@ -17,6 +17,8 @@ Charging rules used by perfdiag.critical_path (docs/engine.md explains the choic
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from typing import NamedTuple, TypeAlias
 
 import numpy as np
@@ -106,14 +108,53 @@ class Distinct(NamedTuple):
 
 
 def distinct(values: Column | Distinct) -> Distinct:
-    """Distinct values and row indices of a column (nulls read as "")."""
+    """Distinct values and row indices of a column (nulls read as "").
+
+    The import and the summary of one trace ask this of the same few columns a dozen times;
+    the answers for the last few columns seen on this thread are kept (keyed by the column's
+    memory, which the kept column holds on to, so a key is never reused for other data)."""
     if isinstance(values, Distinct):
         return values
+    key = _memory_key(values)
+    recent: OrderedDict[tuple[object, ...], tuple[Column, Distinct]] | None = getattr(
+        _RECENT, "columns", None
+    )
+    if recent is None:
+        recent = _RECENT.columns = OrderedDict()
+    if key is not None and key in recent:
+        recent.move_to_end(key)
+        return recent[key][1]
+    found = _distinct(values)
+    if key is not None:
+        recent[key] = (values, found)
+        if len(recent) > _RECENT_COLUMNS:
+            recent.popitem(last=False)
+    return found
+
+
+_RECENT = threading.local()
+_RECENT_COLUMNS = 8
+
+
+def _memory_key(values: Column) -> tuple[object, ...] | None:
+    """Where a column's data lives: equal keys of live columns mean equal contents."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    key: list[object] = [str(values.type)]
+    for chunk in chunks:
+        if chunk.type.num_fields:  # nested data: not worth keying
+            return None
+        buffers = chunk.buffers()
+        key.append((chunk.offset, len(chunk), *(b.address if b else 0 for b in buffers)))
+    return tuple(key)
+
+
+def _distinct(values: Column) -> Distinct:
     array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     encoded = pc.dictionary_encode(pc.fill_null(array, ""))
     if isinstance(encoded, pa.ChunkedArray):  # pragma: no cover - combine_chunks gives an Array
         encoded = encoded.combine_chunks()
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    indices.setflags(write=False)  # shared by every caller that asks for the same column
     return Distinct(encoded.dictionary, indices)
 
 

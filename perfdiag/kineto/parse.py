@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag import taxonomy
 from perfdiag.allocator import system_allocator
 from perfdiag.kineto.fast_reader import PIECE, read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
@@ -211,27 +212,33 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
     JSON (decoded one by one: they are few)."""
     if not events.num_rows:
         return events
-    calls = pc.match_substring_regex(events["name"], COMM_CALL)
-    rows = np.flatnonzero(np.asarray(pc.fill_null(calls, False).to_numpy(zero_copy_only=False)))
+    names = taxonomy.distinct(events["name"])
+    calls = pc.match_substring_regex(names.values, COMM_CALL).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(names.mask(np.asarray(calls, dtype=bool)))
     if not len(rows):
         return events
     index = events["index"].to_numpy()
-    values: dict[str, list[Any]] = {column: [None] * events.num_rows for _, column, _ in _COMM_ARGS}
-    values["input_bytes"] = [None] * events.num_rows
+    # Built for the call rows only, then spread over all rows: the calls are a few percent.
+    values: dict[str, list[Any]] = {column: [] for _, column, _ in _COMM_ARGS}
+    values["input_bytes"] = []
     for row in rows.tolist():
         event = decode(int(index[row]))
         args = event.get("args") if isinstance(event, dict) else None
         if not isinstance(args, dict):
-            continue
+            args = {}
         for key, column, typ in _COMM_ARGS:
             raw = args.get(key)
             if raw is None and column == "pg_name":
                 raw = args.get(_PG_ID)
-            values[column][row] = text_arg(raw) if pa.types.is_string(typ) else integer_arg(raw)
-        values["input_bytes"][row] = _first_input_bytes(args)
+            values[column].append(text_arg(raw) if pa.types.is_string(typ) else integer_arg(raw))
+        values["input_bytes"].append(_first_input_bytes(args) if args else None)
+    position_of_row = np.full(events.num_rows, len(rows), dtype=np.int64)
+    position_of_row[rows] = np.arange(len(rows))
+    spread = pa.array(position_of_row)  # row → its call's position; others → the null past the end
     for _, column, typ in [*_COMM_ARGS, ("", "input_bytes", pa.int64())]:
         position = events.schema.get_field_index(column)
-        events = events.set_column(position, column, pa.array(values[column], typ))
+        found = pa.array([*values[column], None], typ)
+        events = events.set_column(position, column, found.take(spread))
     return events
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfdiag.analyzer import NoCaptureError, analyze
+from perfdiag.analyzer.errors import CaptureError
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 
@@ -70,7 +71,9 @@ def test_folder_of_kineto_traces_is_analyzed(traces: Path, tmp_path: Path) -> No
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category) == ("slow_worker", [1], "cpu_op")
     assert top.function in ("aten::mm", "aten::tanh")
-    assert any("summarized 5/5 traces" in m for m in messages)
+    # Files are read side by side; progress still comes in file order.
+    summarized = [m for m in messages if m.startswith("summarized")]
+    assert summarized == [f"summarized {i + 1}/5 traces (rank {i})" for i in range(5)]
     assert out.exists(layout.VERDICT) and out.exists(layout.REPORT)
     assert "Kineto trace files" in out.get_text(layout.REPORT)
 
@@ -90,6 +93,17 @@ def test_files_that_are_not_traces_are_skipped_with_a_note(traces: Path, tmp_pat
     assert verdict.status != "incomplete"
     assert all(w.state == "ok" for w in verdict.workers)
     assert any(m.startswith("skipped config.json") for m in messages)
+
+
+def test_two_traces_of_one_rank_are_refused(traces: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "twice"
+    folder.mkdir()
+    for name in ("rank-0.pt.trace.json", "again-rank-0.pt.trace.json"):
+        (folder / name).write_bytes((traces / "rank-0.pt.trace.json").read_bytes())
+    with pytest.raises(
+        CaptureError, match=r"two traces for rank 0: again-rank-0\.pt\.trace\.json and rank-0"
+    ):
+        analyze(str(folder), LocalStorage(tmp_path / "out"))
 
 
 def test_folder_of_only_bad_json_holds_no_capture(tmp_path: Path) -> None:
