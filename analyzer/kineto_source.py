@@ -22,6 +22,7 @@ from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, layout
+from perfdiag.taxonomy import same_columns
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Our own outputs and control files are never traces.
@@ -109,21 +110,22 @@ def _import(storage: Storage, key: str, tmp: Path) -> _Imported | str:
     from perfdiag.kineto import TraceError, read_kineto
     from perfdiag.summary import summarize
 
-    path = storage.local_path(key)
-    if path is None:
-        path = tmp / key.replace("/", "_")
+    local = storage.local_path(key)
+    path = local or tmp / key.replace("/", "_")
+    if local is None:
         storage.get_file(key, path)
-    try:
-        events, meta = read_kineto(path)
-    except TraceError as exc:
-        return str(exc)
-    finally:
-        if storage.local_path(key) is None:
-            path.unlink(missing_ok=True)  # the copy of a remote file is no longer needed
-    return _Imported(
-        key=key,
-        meta=meta,
-        summary=normalize_summary(summarize(events, meta), storage.uri_of(key)),
-        calls=collective_calls(events),
-        breakdown=gpu_breakdown(events, meta.window.step_bounds_ns),
-    )
+    with same_columns():  # the import and the summary ask about the same columns
+        try:
+            events, meta = read_kineto(path)
+        except TraceError as exc:
+            return str(exc)
+        finally:
+            if local is None:
+                path.unlink(missing_ok=True)  # the copy of a remote file is no longer needed
+        return _Imported(
+            key=key,
+            meta=meta,
+            summary=normalize_summary(summarize(events, meta), storage.uri_of(key)),
+            calls=collective_calls(events),
+            breakdown=gpu_breakdown(events, meta.window.step_bounds_ns),
+        )

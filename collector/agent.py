@@ -73,6 +73,7 @@ def process_window(
     from perfdiag.kineto.hook_window import read_hook_window
     from perfdiag.parquet_io import table_to_bytes
     from perfdiag.summary import summarize
+    from perfdiag.taxonomy import same_columns
 
     folder = spool.window_dir(spool_dir, rank, plan_id)
     hook = spool.read_json(folder / spool.HOOK_META)
@@ -86,8 +87,9 @@ def process_window(
         error = f"the hook could not capture the window: {hook['error']}"
     else:
         try:
-            events, meta = read_hook_window(folder, hook, rank=rank, plan_id=plan_id, pod=pod)
-            summary = summarize(events, meta)
+            with same_columns():  # the read and the summary ask about the same columns
+                events, meta = read_hook_window(folder, hook, rank=rank, plan_id=plan_id, pod=pod)
+                summary = summarize(events, meta)
         except TraceError as exc:
             error = str(exc)
         else:

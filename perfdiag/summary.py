@@ -44,7 +44,7 @@ def summarize(
     max_rows: int = MAX_ROWS,
 ) -> pa.Table:
     """SUMMARY_SCHEMA rows (with the worker metadata) for the events of one window."""
-    with system_allocator():
+    with system_allocator(), taxonomy.same_columns():
         return _summarize(events, meta, beta_floor, max_rows)
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple, TypeAlias
 
 import numpy as np
@@ -110,30 +111,36 @@ class Distinct(NamedTuple):
 def distinct(values: Column | Distinct) -> Distinct:
     """Distinct values and row indices of a column (nulls read as "").
 
-    The import and the summary of one trace ask this of the same few columns a dozen times;
-    the answers for the last few columns seen on this thread are kept (keyed by the column's
-    memory, which the kept column holds on to, so a key is never reused for other data)."""
+    Inside `same_columns()`, the answer for a column is kept and given again when the same
+    column (the same memory) is asked for: the import and the summary of one trace ask this
+    of a few columns a dozen times."""
     if isinstance(values, Distinct):
         return values
-    key = _memory_key(values)
-    recent: OrderedDict[tuple[object, ...], tuple[Column, Distinct]] | None = getattr(
-        _RECENT, "columns", None
-    )
-    if recent is None:
-        recent = _RECENT.columns = OrderedDict()
-    if key is not None and key in recent:
-        recent.move_to_end(key)
-        return recent[key][1]
-    found = _distinct(values)
-    if key is not None:
-        recent[key] = (values, found)
-        if len(recent) > _RECENT_COLUMNS:
-            recent.popitem(last=False)
-    return found
+    kept: dict[tuple[object, ...], tuple[Column, Distinct]] | None = getattr(_SCOPE, "kept", None)
+    key = _memory_key(values) if kept is not None else None
+    if kept is None or key is None:
+        return _distinct(values)
+    if key not in kept:
+        # The column is kept with its answer: its memory cannot be reused for other data
+        # while the key is in use.
+        kept[key] = (values, _distinct(values))
+    return kept[key][1]
 
 
-_RECENT = threading.local()
-_RECENT_COLUMNS = 8
+@contextmanager
+def same_columns() -> Iterator[None]:
+    """Remember `distinct` answers on this thread until the outermost block ends."""
+    outermost = getattr(_SCOPE, "kept", None) is None
+    if outermost:
+        _SCOPE.kept = {}
+    try:
+        yield
+    finally:
+        if outermost:
+            _SCOPE.kept = None
+
+
+_SCOPE = threading.local()
 
 
 def _memory_key(values: Column) -> tuple[object, ...] | None:
@@ -154,7 +161,7 @@ def _distinct(values: Column) -> Distinct:
     if isinstance(encoded, pa.ChunkedArray):  # pragma: no cover - combine_chunks gives an Array
         encoded = encoded.combine_chunks()
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    indices.setflags(write=False)  # shared by every caller that asks for the same column
+    indices.setflags(write=False)  # may be shared by every caller asking for the column
     return Distinct(encoded.dictionary, indices)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag import taxonomy
 from perfdiag.allocator import system_allocator
 from perfdiag.kineto.events import (
     StepSpan,
@@ -46,7 +47,7 @@ def read_kineto(path: Path, *, rank: int | None = None) -> tuple[pa.Table, Worke
     step when it has none. The rank is `rank`, else `distributedInfo.rank`, else the file name
     (`rank-3.…json.gz`). Raises TraceError, naming the file and the problem, on malformed input.
     """
-    with system_allocator():
+    with system_allocator(), taxonomy.same_columns():
         return _read_kineto(path, rank)
 
 

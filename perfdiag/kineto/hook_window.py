@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag import taxonomy
 from perfdiag.allocator import system_allocator
 from perfdiag.collector.spool import HOOK_META, TRACE
 from perfdiag.kineto.events import StepSpan, build_events, profiler_steps, step_bounds
@@ -33,7 +34,7 @@ def read_hook_window(
 ) -> tuple[pa.Table, WorkerMeta]:
     """Events (with metadata) and WorkerMeta of the window in `window_dir`, whose hook.json
     says `hook`. Raises TraceError when the window cannot be read."""
-    with system_allocator():
+    with system_allocator(), taxonomy.same_columns():
         return _read_hook_window(window_dir, hook, rank=rank, plan_id=plan_id, pod=pod)
 
 

@@ -196,3 +196,23 @@ def test_collective_names_one_spelling() -> None:
         "allreduce",
         "alltoall",
     ]
+
+
+def test_distinct_answers_are_kept_only_inside_same_columns() -> None:
+    names = pa.chunked_array([["a", "b", None], ["a"]])
+    outside = taxonomy.distinct(names)
+    assert outside.values.to_pylist() == ["a", "b", ""]
+    assert outside.codes.tolist() == [0, 1, 2, 0]
+    assert taxonomy.distinct(names) is not outside
+    with taxonomy.same_columns():
+        first = taxonomy.distinct(names)
+        with taxonomy.same_columns():  # nested: the same scope
+            assert taxonomy.distinct(names) is first
+        # The same memory seen through a new wrapper (as table["name"] gives) is the same column.
+        assert taxonomy.distinct(pa.chunked_array(names.chunks)) is first
+        # Equal contents elsewhere in memory, or a slice of it, are other columns.
+        assert taxonomy.distinct(pa.chunked_array([["a", "b", None], ["a"]])) is not first
+        sliced = taxonomy.distinct(names.slice(1))
+        assert sliced.codes.tolist() == [0, 1, 2]
+        assert not first.codes.flags.writeable  # shared answers cannot be changed by a caller
+    assert taxonomy.distinct(names) is not first
