@@ -121,10 +121,14 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     container = taxonomy.is_container(events["kineto_cat"], events["name"])
     candidate = (~container) & (end > w0) & (ts < w1) & (end > ts)
     rows = np.flatnonzero(candidate)
-    start_c = np.maximum(ts[rows], w0)
-    end_c = np.minimum(end[rows], w1)
+    # Unclipped times: the keys use them, so that clipping at the window edge cannot tie a
+    # child with its parent.
+    start_o, end_o = ts[rows], end[rows]
+    del ts, end, container, candidate
+    start_c = np.maximum(start_o, w0)
+    end_c = np.minimum(end_o, w1)
     keep = end_c > start_c
-    rows, start_c, end_c = rows[keep], start_c[keep], end_c[keep]
+    rows, start_o, end_o, start_c, end_c = (a[keep] for a in (rows, start_o, end_o, start_c, end_c))
 
     category = events["category"].take(pa.array(rows))
     on_device = _ints(pc.is_valid(events["device"]).take(pa.array(rows))).astype(bool)
@@ -133,23 +137,9 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     )
     enclosing = taxonomy.is_enclosing(category)
     charge_class = taxonomy.charge_class(category, on_device)
-
-    # Stage 1: per lane, innermost (latest start, then shortest) wins; enclosing spans first.
-    # Lanes are laid end to end on one axis so a single sweep handles them all.
-    span = w1 - w0 + 1
-    shift = lane * span - w0
-    # Keys use the unclipped times, so that clipping at the window edge cannot tie a child
-    # with its parent.
-    start_o, end_o = ts[rows], end[rows]
-    inner_key = _rank(-(end_o - start_o), start_o, enclosing.astype(np.int8))
-    edges, owner = _cover_owner(start_c + shift, end_c + shift, inner_key)
-    seg_rows = np.flatnonzero(owner >= 0)
-    by_key = np.argsort(inner_key)  # inner_key is a permutation: key → candidate index
-    seg_event = by_key[owner[seg_rows]]
-    seg_lane = lane[seg_event]
-    seg_start = edges[seg_rows] - seg_lane * span + w0
-    seg_end = edges[seg_rows + 1] - seg_lane * span + w0
-    seg_event, seg_start, seg_end = _merge_runs(seg_event, seg_start, seg_end)
+    seg_event, seg_start, seg_end = _innermost_per_lane(
+        lane, start_o, end_o, start_c, end_c, enclosing, w0, w1
+    )
 
     # Stage 2: across lanes, the highest charge class, then the latest start.
     cross_key = _rank(start_o, charge_class)
@@ -164,6 +154,32 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     charged = owner2 >= 0
     event[charged] = rows[by_cross[owner2[charged]]]
     return _aggregate(event[in_step], step[in_step], lengths[in_step], step_end - step_start)
+
+
+def _innermost_per_lane(
+    lane: IntArray,
+    start_o: IntArray,
+    end_o: IntArray,
+    start_c: IntArray,
+    end_c: IntArray,
+    enclosing: npt.NDArray[np.bool_],
+    w0: int,
+    w1: int,
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Stage 1: per lane, the innermost event (latest start, then shortest) wins, enclosing
+    spans first. Runs of (candidate index, start, end); its temporaries go when it returns."""
+    # Lanes are laid end to end on one axis so a single sweep handles them all.
+    span = w1 - w0 + 1
+    shift = lane * span - w0
+    inner_key = _rank(-(end_o - start_o), start_o, enclosing.astype(np.int8))
+    edges, owner = _cover_owner(start_c + shift, end_c + shift, inner_key)
+    seg_rows = np.flatnonzero(owner >= 0)
+    by_key = np.argsort(inner_key)  # inner_key is a permutation: key → candidate index
+    seg_event = by_key[owner[seg_rows]]
+    seg_lane = lane[seg_event]
+    seg_start = edges[seg_rows] - seg_lane * span + w0
+    seg_end = edges[seg_rows + 1] - seg_lane * span + w0
+    return _merge_runs(seg_event, seg_start, seg_end)
 
 
 def _distinct_sorted(values: IntArray) -> IntArray:
