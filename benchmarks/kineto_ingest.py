@@ -22,7 +22,8 @@ peak of the summed anonymous PSS (`Pss_Anon`: heap and other data, without the s
 libraries' code, whose PSS shrinks when other processes on the machine map the same files). All
 include what the imports take (numpy, pyarrow, duckdb, pandas…): the RSS right after them is
 printed as well ("after imports"). Time is counted from after the imports on both sides (ours
-import duckdb, which the reader otherwise imports on first use).
+import duckdb, numpy.ma and dateutil before the clock: the reader and pyarrow import them on
+first use, and HTA's imports already hold numpy.ma and dateutil).
 """
 
 from __future__ import annotations
@@ -67,12 +68,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from perfdiag.kineto import read_kineto
 from perfdiag.summary import summarize
-import duckdb  # imported on first use by the reader; before the clock, as HTA's imports are
+from perfdiag.taxonomy import same_columns
+# Imported on first use (duckdb by the reader; numpy.ma and dateutil by pyarrow, on the first
+# array made from numpy and the first Python scalar): before the clock, as HTA's imports
+# (pandas) already hold them.
+import dateutil.relativedelta, duckdb, numpy.ma
 mode, summary = sys.argv[1], sys.argv[2] == "summary"
 paths = [Path(name) for name in sys.argv[3:]]
 def one(path):
-    events, meta = read_kineto(path)
-    return summarize(events, meta).num_rows if summary else events.num_rows
+    with same_columns():  # as perfdiag analyze reads and summarizes a trace
+        events, meta = read_kineto(path)
+        return summarize(events, meta).num_rows if summary else events.num_rows
 imported = _rss_mb()
 cpu0, _, _ = _usage()
 t = time.perf_counter()
