@@ -90,22 +90,24 @@ def max_cover(left: IntArray, right: IntArray, key: IntArray, n_segments: int) -
     return out
 
 
-def _rank(*keys: npt.NDArray[Any]) -> IntArray:
-    """Rank of each row in the lexicographic order of `keys` (last key most significant)."""
+def _rank(*keys: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+    """(rank of each row, rows by rank) in the lexicographic order of `keys` (last key most
+    significant); each is the other's inverse permutation."""
     order = np.lexsort(keys)
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
-    return rank
+    return rank, order.astype(np.int64, copy=False)
 
 
 def _cover_owner(
     starts: IntArray, ends: IntArray, key: IntArray, cuts: IntArray | None = None
 ) -> tuple[IntArray, IntArray]:
     """Elementary segments of the intervals (plus `cuts`) and the highest key covering each."""
-    edges = _distinct_sorted(np.concatenate([starts, ends] + ([cuts] if cuts is not None else [])))
-    left = np.searchsorted(edges, starts)
-    right = np.searchsorted(edges, ends)
-    owner = max_cover(left, right, key, max(len(edges) - 1, 0))
+    edges, where = _distinct_sorted(
+        np.concatenate([starts, ends] + ([cuts] if cuts is not None else []))
+    )
+    n = len(starts)
+    owner = max_cover(where[:n], where[n : 2 * n], key, max(len(edges) - 1, 0))
     return edges, owner
 
 
@@ -142,10 +144,9 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     )
 
     # Stage 2: across lanes, the highest charge class, then the latest start.
-    cross_key = _rank(start_o, charge_class)
+    cross_key, by_cross = _rank(start_o, charge_class)
     cuts = np.concatenate([step_start, step_end])
     edges2, owner2 = _cover_owner(seg_start, seg_end, cross_key[seg_event], cuts)
-    by_cross = np.argsort(cross_key)
     lengths = np.diff(edges2)
     mids = edges2[:-1]
     step = np.searchsorted(step_start, mids, side="right") - 1
@@ -171,10 +172,9 @@ def _innermost_per_lane(
     # Lanes are laid end to end on one axis so a single sweep handles them all.
     span = w1 - w0 + 1
     shift = lane * span - w0
-    inner_key = _rank(-(end_o - start_o), start_o, enclosing.astype(np.int8))
+    inner_key, by_key = _rank(-(end_o - start_o), start_o, enclosing.astype(np.int8))
     edges, owner = _cover_owner(start_c + shift, end_c + shift, inner_key)
     seg_rows = np.flatnonzero(owner >= 0)
-    by_key = np.argsort(inner_key)  # inner_key is a permutation: key → candidate index
     seg_event = by_key[owner[seg_rows]]
     seg_lane = lane[seg_event]
     seg_start = edges[seg_rows] - seg_lane * span + w0
@@ -182,13 +182,17 @@ def _innermost_per_lane(
     return _merge_runs(seg_event, seg_start, seg_end)
 
 
-def _distinct_sorted(values: IntArray) -> IntArray:
-    """np.unique by sorting (numpy's hash-based unique is much slower on large int arrays)."""
-    values = np.sort(values)
-    if not len(values):
-        return values
-    result: IntArray = values[np.r_[True, values[1:] != values[:-1]]]
-    return result
+def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
+    """(the distinct values in order, the index of each value among them): np.unique with
+    return_inverse, by one sort (numpy's own is much slower on large int arrays)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    new = np.empty(len(ordered), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    where = np.empty(len(values), dtype=np.int64)
+    where[order] = np.cumsum(new) - 1
+    return ordered[new], where
 
 
 def _ints(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> IntArray:
