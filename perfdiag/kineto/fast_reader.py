@@ -98,7 +98,7 @@ def read_stream(path: Path, decode: str, *, piece: int = PIECE) -> FastRead | No
     `decode` is a regex on event names: those complete events are also decoded whole (their
     nested arguments), while their text is at hand. Raises TraceError for gzip damage.
     """
-    reader = _Reader(decode)
+    reader = _Reader(decode, piece)
     for text in _pieces(path, piece):
         if not reader.feed(text):
             return None
@@ -106,8 +106,9 @@ def read_stream(path: Path, decode: str, *, piece: int = PIECE) -> FastRead | No
 
 
 class _Reader:
-    def __init__(self, decode: str) -> None:
+    def __init__(self, decode: str, piece: int) -> None:
         self.decode = decode
+        self.piece = piece
         self.prefix: bytes | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
         self.rows = 0  # traceEvents entries parsed so far
@@ -123,6 +124,8 @@ class _Reader:
                 return True  # the array has not started yet
             if not found:
                 return False
+        if len(self.pending) < self.piece:
+            return True  # a piece's worth first: a small file is parsed in one query, at the end
         buffer = np.frombuffer(self.pending, dtype=np.uint8)
         separators = _separators(buffer)
         if not len(separators):
