@@ -11,6 +11,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,10 +64,11 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
     # DuckDB, Arrow and numpy, which release the GIL. Each file's events are dropped once it is
     # summarized, so the memory is that of `workers` files, whatever the folder holds.
     workers = max(1, min(len(keys), os.cpu_count() or 1))
-    with (
-        tempfile.TemporaryDirectory(prefix="perfdiag-kineto-") as tmp,
-        ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto") as pool,
-    ):
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="perfdiag-kineto-"))
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto")
+        # On an error the files not started yet are not read (then the folder goes).
+        stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         results = pool.map(lambda key: _import(storage, key, Path(tmp)), keys)
         for done, (key, result) in enumerate(zip(keys, results, strict=True), start=1):
             if isinstance(result, str):
