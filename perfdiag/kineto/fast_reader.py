@@ -24,6 +24,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag import taxonomy
 from perfdiag.kineto.json_shape import (
     ARGS,
     GZIP_MAGIC,
@@ -202,10 +203,10 @@ class _Reader:
             if isinstance((decoded(row) or {}).get("ts"), bool):
                 return False
         # The regex runs on the piece's distinct names (a few hundred of its ~10k events).
-        names = pc.dictionary_encode(pc.fill_null(table["name"].combine_chunks(), ""))
-        matched = pc.match_substring_regex(names.dictionary, self.decode)
-        named = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
-        for row in rows[named[names.indices.to_numpy()]].tolist():
+        names = taxonomy.distinct(table["name"])
+        matched = pc.match_substring_regex(names.values, self.decode)
+        named = names.mask(np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool))
+        for row in rows[named].tolist():
             self.decoded[self.rows + row] = decoded(row)
         index = pa.array(rows + self.rows, pa.int64())
         self.rows += len(events)

@@ -231,7 +231,7 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
             if raw is None and column == "pg_name":
                 raw = args.get(_PG_ID)
             values[column].append(text_arg(raw) if pa.types.is_string(typ) else integer_arg(raw))
-        values["input_bytes"].append(_first_input_bytes(args) if args else None)
+        values["input_bytes"].append(_first_input_bytes(args))
     position_of_row = np.full(events.num_rows, len(rows), dtype=np.int64)
     position_of_row[rows] = np.arange(len(rows))
     spread = pa.array(position_of_row)  # row → its call's position; others → the null past the end
