@@ -6,8 +6,10 @@
 #   docker push ghcr.io/perfdiag/perfdiag:0.1.0
 # tests/chart/test_dockerfile.py checks what can be checked without a container engine.
 ARG PYTHON_IMAGE=python:3.11-slim
+# The same Python with a C compiler: the wheel builds the fast Kineto reader's scanner (C).
+ARG BUILD_IMAGE=python:3.11
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY perfdiag ./perfdiag

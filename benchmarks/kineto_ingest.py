@@ -20,10 +20,10 @@ undercounts it); the peak of the summed PSS (proportional set size: shared pages
 the processes sharing them) of the whole process tree, sampled every 10 ms from /proc; and the
 peak of the summed anonymous PSS (`Pss_Anon`: heap and other data, without the shared
 libraries' code, whose PSS shrinks when other processes on the machine map the same files). All
-include what the imports take (numpy, pyarrow, duckdb, pandas…): the RSS right after them is
+include what the imports take (numpy, pyarrow, pandas…): the RSS right after them is
 printed as well ("after imports"). Time is counted from after the imports on both sides (ours
-import duckdb, numpy.ma and dateutil before the clock: the reader and pyarrow import them on
-first use, and HTA's imports already hold numpy.ma and dateutil).
+import numpy.ma and dateutil before the clock: pyarrow imports them on first use, and HTA's
+imports already hold them).
 """
 
 from __future__ import annotations
@@ -69,10 +69,9 @@ from pathlib import Path
 from perfdiag.kineto import read_kineto
 from perfdiag.summary import summarize
 from perfdiag.taxonomy import same_columns
-# Imported on first use (duckdb by the reader; numpy.ma and dateutil by pyarrow, on the first
-# array made from numpy and the first Python scalar): before the clock, as HTA's imports
-# (pandas) already hold them.
-import dateutil.relativedelta, duckdb, numpy.ma
+# Imported on first use (numpy.ma and dateutil by pyarrow, on the first array made from numpy
+# and the first Python scalar): before the clock, as HTA's imports (pandas) already hold them.
+import dateutil.relativedelta, numpy.ma
 mode, summary = sys.argv[1], sys.argv[2] == "summary"
 paths = [Path(name) for name in sys.argv[3:]]
 def one(path):

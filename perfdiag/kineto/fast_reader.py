@@ -1,87 +1,44 @@
-"""The fast JSON reader: the file streamed in pieces of a few MB (gunzipped on the way), the
-`traceEvents` array cut at the commas between events (found with numpy) and each piece's
-events parsed by DuckDB's JSON functions (yyjson in C++; unknown fields are skipped there) into
-Arrow columns. DuckDB hands each field over as its JSON text, so the JSON type of every value
-is checked here, and any value of an unexpected type sends the file to the general reader,
-which words the error; only the timestamp is converted by DuckDB itself (a JSON number read
-as a decimal stays exact, where its text would be a float64's). Only the complete events of a
-piece are kept before the next one is read, so the peak memory is the result plus one piece,
-never the whole text. Returns None whenever the file needs the general reader instead.
+"""The fast JSON reader: the file streamed in pieces of a few MB (gunzipped on the way), and
+each piece's whole events parsed by a C scanner (perfdiag/kineto/_scan.c) straight into the
+columns of the complete events. The scanner is strict JSON and reads only what the general
+reader reads the same way; for anything else (malformed input, odd value types) it answers
+"not readable here" and the general reader reads the file and words the error. Only the
+complete events of a piece are kept before the next one is read, so the peak memory is the
+result plus one piece, never the whole text. Returns None whenever the file needs the
+general reader instead.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfdiag import taxonomy
+from perfdiag.kineto._scan import scan
 from perfdiag.kineto.json_shape import (
     ARGS,
     GZIP_MAGIC,
     INFLATE_ERRORS,
     JSON_SCHEMA,
-    MAX_NUMBER,
     TRACE_EVENTS_KEY,
+    TS_TYPE,
     TraceError,
     inflater,
 )
 
-Bytes = npt.NDArray[np.uint8]
+if TYPE_CHECKING:
+    from perfdiag.kineto._scan import NumberColumn, StringColumn
 
-_NEWLINE, _SPACE, _COMMA, _TAB, _CR = 10, 32, 44, 9, 13
-_OPEN, _CLOSE = 123, 125  # { }
-_MAX_INDENT = 64  # blanks looked at between the events of a pretty-printed file
-_NOT_BLANK = re.compile(rb"\S")
 PIECE = 1 << 22  # bytes of JSON text parsed at once: bounds the memory of the parse
 _READ = 1 << 20  # compressed bytes read at once
-_FLOAT = pa.float64()
-_NULL_STRING = pa.scalar(None, pa.string())
 _COMPLETE_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
-# Every field as its JSON text (its type is checked here), but the timestamp: DuckDB reads a
-# number as a float64 before writing its text, and 1.7e15 µs with 3 decimals needs more.
-_STRUCTURE = {
-    **{field.name: "JSON" for field in _COMPLETE_SCHEMA if field.name not in ("pis", "tis")},
-    "ph": "JSON",
-    "ts": "DECIMAL(24,3)",
-    "args": {field.name: "JSON" for field in ARGS},
-}
-_SELECT = f"from_json(line, '{json.dumps(_STRUCTURE)}') AS event"
-_CONNECTION: list[Any] = []  # the process's DuckDB database, made on first use
-_CONNECTION_LOCK = threading.Lock()
-_THREAD = threading.local()
-_LINES = pa.schema([("line", pa.string())])
-_BATCH = 4096  # events per Arrow batch handed to DuckDB
-
-
-def _duckdb() -> Any:
-    """The duckdb module, imported on first use (only Kineto import needs it)."""
-    import duckdb
-
-    return duckdb
-
-
-def _cursor() -> Any:
-    """This thread's DuckDB cursor (a connection serves one thread at a time)."""
-    cursor = getattr(_THREAD, "cursor", None)
-    if cursor is None:
-        with _CONNECTION_LOCK:
-            if not _CONNECTION:
-                # One thread: a second one cut a file's wall time by a tenth for 10–40% more
-                # CPU. Parallelism comes from reading files side by side instead (perfdiag
-                # analyze), and the agent reads one window beside the training job.
-                _CONNECTION.append(_duckdb().connect(config={"threads": 1}))
-            cursor = _THREAD.cursor = _CONNECTION[0].cursor()
-    return cursor
 
 
 @dataclass
@@ -113,9 +70,9 @@ class _Reader:
         self.prefix: bytes | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
         self.rows = 0  # traceEvents entries parsed so far
+        self.closed = False  # the array's ']' was read
         self.parts: list[pa.Table] = []
         self.decoded: dict[int, Any] = {}
-        self.cursor = _cursor()
 
     def feed(self, text: bytes) -> bool:
         self.pending += text
@@ -125,40 +82,20 @@ class _Reader:
                 return True  # the array has not started yet
             if not found:
                 return False
-        if len(self.pending) < self.piece:
-            return True  # a piece's worth first: a small file is parsed in one query, at the end
-        buffer = np.frombuffer(self.pending, dtype=np.uint8)
-        separators = _separators(buffer)
-        if not len(separators):
-            return True
-        cut = int(separators[-1])
-        escapes = self.pending.find(b"\\", 0, cut) >= 0
-        ok = self._parse(buffer[:cut], separators[:-1], escapes)
-        del buffer
-        self.pending = self.pending[cut + 1 :]
-        return ok
+        if self.closed or len(self.pending) < self.piece:
+            return True  # a piece's worth first: a small file is parsed at once, at the end
+        return self._parse()
 
     def finish(self) -> FastRead | None:
-        if self.prefix is None:
-            return None
-        text = b"[" + bytes(self.pending)
-        end = _events_array_end(text, 0)
-        if end is None:
-            return None
+        if self.prefix is None or not self._parse() or not self.closed:
+            return None  # not JSON, or an event the scanner cannot read (the general reader will)
         try:
-            header = json.loads(self.prefix + text[end:])
+            header = json.loads(self.prefix + b"]" + self.pending)
         except ValueError:
             return None
         if not isinstance(header, dict):
             return None
         header.pop("traceEvents", None)
-        tail = bytearray(text[1:end])
-        last = np.frombuffer(tail, dtype=np.uint8)
-        if _NOT_BLANK.search(last.data) is not None:
-            if not self._parse(last, _separators(last), tail.find(b"\\") >= 0):
-                return None
-        elif self.rows:
-            return None  # a trailing comma: not JSON
         table = pa.concat_tables(self.parts) if self.parts else _EMPTY
         return FastRead(header, table, self.decoded)
 
@@ -174,43 +111,36 @@ class _Reader:
         if self.pending[key + len(TRACE_EVENTS_KEY) : lb].strip() != b":":
             return False
         self.prefix = bytes(self.pending[: lb + 1])
-        self.pending = self.pending[lb + 1 :]
+        del self.pending[: lb + 1]
         return True
 
-    def _parse(self, text: Bytes, separators: npt.NDArray[np.intp], escapes: bool) -> bool:
-        """Parse one run of whole events (cut at `separators`) and keep its complete ones.
-        `escapes`: whether the text holds a backslash (string escapes: rare in traces)."""
-        events = _events(self.cursor, text, separators)
-        if events is None:
+    def _parse(self) -> bool:
+        """Parse the whole events pending (until the array's end) and keep the complete ones;
+        False when the scanner cannot read them."""
+        if self.closed:
+            return True
+        readable, consumed, events, closed, columns = scan(self.pending, self.rows == 0)
+        if not readable or columns is None:
             return False
-        complete = np.asarray(pc.equal(events.field("ph"), '"X"').fill_null(False))
-        rows = np.flatnonzero(complete)
-        table = _complete_events(events.take(pa.array(rows)), escapes)
-        if table is None:
-            return False
-        starts = np.concatenate([[0], separators + 1])
-        stops = np.concatenate([separators, [len(text)]])
-
-        def decoded(row: int) -> Any:
-            try:
-                return json.loads(text[starts[row] : stops[row]].tobytes())
-            except ValueError:
-                return None
-
-        # DuckDB reads a boolean timestamp as 1 or 0: look at the few events where it is.
-        small = pc.and_(pc.greater_equal(table["ts"], 0), pc.less_equal(table["ts"], 1))
-        for row in rows[np.asarray(small)].tolist():
-            if isinstance((decoded(row) or {}).get("ts"), bool):
-                return False
-        # The regex runs on the piece's distinct names (a few hundred of its ~10k events).
-        names = taxonomy.distinct(table["name"])
-        matched = pc.match_substring_regex(names.values, self.decode)
-        named = names.mask(np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool))
-        for row in rows[named].tolist():
-            self.decoded[self.rows + row] = decoded(row)
-        index = pa.array(rows + self.rows, pa.int64())
-        self.rows += len(events)
-        self.parts.append(table.append_column("index", index))
+        rows_bytes, starts, stops, strings, numbers = columns
+        rows = np.frombuffer(rows_bytes, np.int64)
+        if len(rows):
+            table = _complete_events(len(rows), strings, numbers)
+            text = self.pending
+            named = taxonomy.distinct(table["name"])
+            matched = pc.match_substring_regex(named.values, self.decode)
+            wanted = named.mask(np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool))
+            if wanted.any():
+                begin, end = np.frombuffer(starts, np.int64), np.frombuffer(stops, np.int64)
+                for k in np.flatnonzero(wanted).tolist():
+                    # The scanner read the event: json.loads reads it too.
+                    event = json.loads(text[begin[k] : end[k]])
+                    self.decoded[self.rows + int(rows[k])] = event
+            index = pa.array(rows + self.rows, pa.int64())
+            self.parts.append(table.append_column("index", index))
+        self.rows += events
+        self.closed = closed
+        del self.pending[:consumed]
         return True
 
 
@@ -244,178 +174,69 @@ def _pieces(path: Path, size: int) -> Iterator[bytes]:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _events(cursor: Any, text: Bytes, separators: npt.NDArray[np.intp]) -> pa.StructArray | None:
-    """The events of `text` (cut at `separators`) as a struct array of their fields' JSON
-    texts (the timestamp as a decimal); None when one does not parse or is not an object."""
-    offsets = np.empty(len(separators) + 2, dtype=np.int32)  # a piece is far below 2 GiB
-    offsets[0], offsets[-1] = 0, len(text)
-    offsets[1:-1] = separators + 1
-    text[separators] = _SPACE  # an event's text ends with blanks, not with the comma
-    lines = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(text))
-    batches = [
-        pa.record_batch({"line": lines.slice(start, _BATCH)})
-        for start in range(0, len(lines), _BATCH)
-    ]
-    try:  # DuckDB keeps the rows in order (its preserve_insertion_order is on by default)
-        parsed = (
-            cursor.from_arrow(pa.Table.from_batches(batches, _LINES))
-            .select(_SELECT)
-            .to_arrow_table()
-        )
-    except (_duckdb().Error, UnicodeDecodeError):
-        return None  # not JSON (or not UTF-8): the general reader words it
-    events: pa.StructArray = parsed.column(0).combine_chunks()
-    return None if events.null_count else events  # an entry that is not an object
-
-
-def _complete_events(events: pa.StructArray, escapes: bool) -> pa.Table | None:
-    """The complete events' columns (JSON_SCHEMA without 'ph'); None when a value has another
-    JSON type than the general reader accepts there, or is out of its range. `escapes`: whether
-    the events' text holds a backslash."""
-    fields = dict(zip([f.name for f in events.type], events.flatten(), strict=True))
-    cat, name = _string(fields["cat"], escapes), _string(fields["name"], escapes)
-    pid, pis = _identifier(fields["pid"], escapes)
-    tid, tis = _identifier(fields["tid"], escapes)
-    ts: pa.Array = fields["ts"]
-    dur = _number(fields["dur"])
-    if cat is None or name is None or pid is None or tid is None or dur is None:
-        return None
-    if ts.null_count or not _in_range(ts):  # absent, or not a number (DuckDB read it as null)
-        return None
-    args = fields["args"].flatten()
-    arg_values = [_integer_arg(column) for column in args]
-    if any(column is None for column in arg_values):
-        return None
+def _complete_events(
+    length: int, strings: tuple[StringColumn, ...], numbers: tuple[NumberColumn, ...]
+) -> pa.Table:
+    """The scanner's columns as a table of JSON_SCHEMA without 'ph'."""
+    cat, name, pis, tis = (_strings(length, column) for column in strings)
+    pid, tid, ts, dur, correlation, device, stream = numbers
     return pa.table(
         {
             "cat": cat,
             "name": name,
-            "pid": pid,
+            "pid": _numbers(length, pid, pa.int64()),
             "pis": pis,
-            "tid": tid,
+            "tid": _numbers(length, tid, pa.int64()),
             "tis": tis,
-            "ts": ts,
-            "dur": dur,
-            "args": pa.StructArray.from_arrays(arg_values, fields=list(ARGS)),
+            "ts": _thousandths(length, ts),
+            "dur": _numbers(length, dur, pa.float64()),
+            "args": pa.StructArray.from_arrays(
+                [_numbers(length, column, pa.int64()) for column in (correlation, device, stream)],
+                fields=list(ARGS),
+            ),
         },
         schema=_COMPLETE_SCHEMA,
     )
 
 
-def _string(texts: pa.Array, escapes: bool) -> pa.Array | None:
-    """JSON strings (or null) → their values; None when another JSON type is there.
-    `escapes`: whether the text may hold a backslash escape (rare: '\\"', '\\u00e9')."""
-    quoted = pc.starts_with(texts, '"')
-    if pc.all(quoted).as_py() is False and not _all_null(texts, quoted):
-        return None
-    return _unquote(texts, quoted, escapes)
+def _validity(length: int, valid: bytes) -> tuple[pa.Buffer | None, int]:
+    """(Arrow validity bitmap, null count) of one byte a row."""
+    flags = np.frombuffer(valid, np.bool_)
+    nulls = length - int(np.count_nonzero(flags))
+    if not nulls:
+        return None, 0
+    return pa.py_buffer(np.packbits(flags, bitorder="little")), nulls
 
 
-def _all_null(texts: pa.Array, quoted: pa.Array) -> bool:
-    """Whether every text that is not a JSON string is JSON's null."""
-    return not pc.any(pc.invert(pc.or_(quoted, pc.equal(texts, "null")))).as_py()
-
-
-def _unquote(texts: pa.Array, quoted: pa.Array, escapes: bool) -> pa.Array:
-    values = pc.utf8_slice_codeunits(texts, 1, -1)
-    if pc.all(quoted).as_py() is False:
-        values = pc.if_else(quoted, values, _NULL_STRING)
-    if not escapes:
+def _strings(length: int, column: StringColumn) -> pa.Array:
+    offsets, data, valid, escaped = column
+    bitmap, nulls = _validity(length, valid)
+    values = pa.StringArray.from_buffers(
+        length, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls
+    )
+    rows = np.flatnonzero(np.frombuffer(escaped, np.bool_))
+    if not len(rows):
         return values
-    escaped = np.flatnonzero(np.asarray(pc.match_substring(values, "\\").fill_null(False)))
-    if not len(escaped):
-        return values
-    decoded = [json.loads(texts[int(row)].as_py()) for row in escaped]
-    mask = np.zeros(len(texts), dtype=bool)
-    mask[escaped] = True
+    # Escapes ('\"', '\u00e9') are rare in traces: json.loads decodes those few strings.
+    raw = values.take(pa.array(rows)).to_pylist()
+    decoded = [json.loads(f'"{text}"') for text in raw]
+    mask = np.zeros(length, dtype=bool)
+    mask[rows] = True
     return pc.replace_with_mask(values, pa.array(mask), pa.array(decoded, pa.string()))
 
 
-def _identifier(texts: pa.Array, escapes: bool) -> tuple[pa.Array | None, pa.Array]:
-    """pid/tid: (the integers, the labels written as strings); None for other JSON types."""
-    quoted = pc.starts_with(texts, '"')
-    if not pc.any(quoted).as_py():
-        return _number(texts, pa.int64()), pa.nulls(len(texts), pa.string())
-    labels = _unquote(texts, quoted, escapes)
-    return _number(pc.if_else(quoted, _NULL_STRING, texts), pa.int64()), labels
+def _numbers(length: int, column: NumberColumn, to: pa.DataType) -> pa.Array:
+    values, valid = column
+    bitmap, nulls = _validity(length, valid)
+    return pa.Array.from_buffers(to, length, [bitmap, pa.py_buffer(values)], nulls)
 
 
-def _number(texts: pa.Array, to: pa.DataType = _FLOAT) -> pa.Array | None:
-    """JSON numbers (or null) → `to`; None for other JSON types, numbers that are not of type
-    `to` (1.5 as an integer) and numbers out of the general reader's range."""
-    if pc.any(pc.equal(texts, "null")).as_py():
-        texts = pc.if_else(pc.equal(texts, "null"), _NULL_STRING, texts)
-    try:
-        numbers = pc.cast(texts, to)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None  # a string, boolean, array or object (or 1.5 as an integer)
-    return numbers if _in_range(numbers) else None
-
-
-def _in_range(numbers: pa.Array) -> bool:
-    if numbers.null_count == len(numbers):
-        return True
-    if pa.types.is_floating(numbers.type) and pc.any(pc.is_nan(numbers)).as_py():
-        return False
-    low, high = pc.min_max(numbers).values()
-    return float(low.as_py()) > -MAX_NUMBER and float(high.as_py()) < MAX_NUMBER
-
-
-def _integer_arg(texts: pa.Array) -> pa.Array | None:
-    """An integer argument: JSON integers → int64, strings → null (as
-    general_reader.integer_arg); None for anything else (1.0, 1e3, true, objects), which the
-    general reader sorts out."""
-    quoted = pc.starts_with(texts, '"')
-    if pc.any(quoted).as_py():
-        texts = pc.if_else(quoted, _NULL_STRING, texts)
-    return _number(texts, pa.int64())
-
-
-def _separators(text: Bytes) -> npt.NDArray[np.intp]:
-    """The commas between events ('}' blanks ',' blanks '{'). A comma whose next non-blank
-    byte is not in `text` (yet) is not one."""
-    closes = np.flatnonzero(text[:-1] == _CLOSE)  # a few per event: then look one byte on
-    commas = closes[text[closes + 1] == _COMMA] + 1
-    following = np.zeros(len(commas), dtype=np.uint8)  # the next non-blank byte
-    pending = np.arange(len(commas))
-    size = len(text)
-    for step in range(1, _MAX_INDENT):
-        if not len(pending):
-            break
-        at = commas[pending] + step
-        beyond = at >= size
-        pending = pending[~beyond]  # undecided: the text ends first
-        byte = text[at[~beyond]]
-        blank = (byte == _SPACE) | (byte == _NEWLINE) | (byte == _TAB) | (byte == _CR)
-        following[pending[~blank]] = byte[~blank]
-        pending = pending[blank]
-    separators: npt.NDArray[np.intp] = commas[following == _OPEN]
-    return separators
-
-
-def _events_array_end(data: bytes, lb: int) -> int | None:
-    """Index of the ']' closing the traceEvents array opened at `lb`: the last ']' that follows
-    an event (or the '[') and is followed by the rest of a JSON object."""
-    pos = len(data)
-    for _ in range(256):
-        pos = data.rfind(b"]", lb, pos)
-        if pos < 0:
-            return None
-        before = pos - 1
-        while before > lb and data[before] in b" \t\r\n":
-            before -= 1
-        if data[before] in b"}[" and _is_object_tail(data[pos + 1 :]):
-            return pos
-    return None
-
-
-def _is_object_tail(tail: bytes) -> bool:
-    rest = tail.strip()
-    if rest == b"}":
-        return True
-    if not rest.startswith(b","):
-        return False
-    try:
-        return isinstance(json.loads(b"{" + rest[1:]), dict)
-    except ValueError:
-        return False
+def _thousandths(length: int, column: NumberColumn) -> pa.Array:
+    """Timestamps in thousandths of a µs (int64) → decimal128 with 3 decimals, exact."""
+    values, valid = column
+    bitmap, nulls = _validity(length, valid)
+    low = np.frombuffer(values, np.int64)
+    wide = np.empty((length, 2), np.int64)  # decimal128: 16-byte little-endian two's complement
+    wide[:, 0] = low
+    wide[:, 1] = low >> 63
+    return pa.Array.from_buffers(TS_TYPE, length, [bitmap, pa.py_buffer(wide)], nulls)

@@ -242,6 +242,46 @@ def test_byte_mutations_are_read_or_refused_clearly(data: st.DataObject) -> None
     _read(bytes(text))
 
 
+def _outcome(path: Path, fast: bool) -> Any:
+    """The table a reader gives, or the error it raises (in words)."""
+    try:
+        raw = load_trace(path, fast=fast)
+    except (TraceError, UnicodeEncodeError) as exc:
+        return str(exc)
+    return raw.events
+
+
+@SETTINGS
+@given(data=st.data(), indent=st.sampled_from([None, 2]))
+def test_byte_mutations_get_one_answer_from_both_readers(
+    data: st.DataObject, indent: int | None
+) -> None:
+    # The scanner reads only what json.loads reads the same way: whatever the bytes, the
+    # fast path gives the general reader's table or its error.
+    trace = _valid_trace()
+    trace["traceEvents"][1]["args"].update(correlation=7, stream=-2, device=0)
+    text = bytearray(json.dumps(trace, indent=indent).encode())
+    alphabet = list(b'{}[],:"\\\n\t 019-.eEux\xc3\xa9\xed\xff\x00')
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text) - 1))
+        action = data.draw(st.sampled_from(["flip", "delete", "insert"]))
+        byte = data.draw(st.sampled_from(alphabet))
+        if action == "flip":
+            text[at] = byte
+        elif action == "delete":
+            del text[at]
+        else:
+            text.insert(at, byte)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.json"
+        path.write_bytes(bytes(text))
+        fast, general = _outcome(path, True), _outcome(path, False)
+    if isinstance(general, str) or isinstance(fast, str):
+        assert fast == general
+    else:
+        assert fast.equals(general), (fast.to_pylist(), general.to_pylist())
+
+
 def _random_valid_events() -> st.SearchStrategy[list[dict[str, Any]]]:
     number = st.decimals(
         min_value=0, max_value=10**13, places=3, allow_nan=False, allow_infinity=False
@@ -300,8 +340,7 @@ def test_fast_reader_agrees_with_the_general_reader(
         raw = load_trace(path)
         general = load_trace(path, fast=False).events
     assert raw.events.equals(general), (raw.fast, raw.events.to_pylist(), general.to_pylist())
-    if not any("}" in event["name"] for event in events):
-        assert raw.fast, "the fast reader refused a plain Kineto-shaped file"
+    assert raw.fast, "the fast reader refused a plain Kineto-shaped file"
 
 
 @SETTINGS
@@ -379,13 +418,44 @@ def test_invalid_utf8_is_refused_by_both_readers(tmp_path: Path) -> None:
         load_trace(path)
 
 
-def test_what_the_fast_reader_tolerates_beyond_strict_json(tmp_path: Path) -> None:
-    # DuckDB's JSON parser (yyjson) takes a trailing comma inside an object, and the first of
-    # two equal keys; Python's json refuses the first and keeps the last (docs/engine.md).
+STRICT_CASES = {
+    # (text after the traceEvents array's '[', what the general reader answers)
+    "trailing comma in an event": (_EVENT + ', "dur": 4,}]}', "not valid JSON"),
+    "trailing comma in the array": (_EVENT + "},]}", "not valid JSON"),
+    "a repeated key (json keeps the last)": (_EVENT + ', "dur": 4}]}', None),
+    "a repeated key in args": (_EVENT + ', "args": {"stream": 1, "stream": 2}}]}', None),
+    "an escaped key": (_EVENT.replace('"dur"', '"d\\u0075r"') + "}]}", None),
+    "NaN": (_EVENT.replace('"dur": 3', '"dur": NaN') + "}]}", "out of range"),
+    "a leading zero": (_EVENT.replace('"dur": 3', '"dur": 03') + "}]}", "not valid JSON"),
+    "a raw tab in a string": (_EVENT.replace("aten::mm", "aten\tmm") + "}]}", "not valid JSON"),
+    "an escaped lone surrogate": (
+        _EVENT.replace("aten::mm", "\\ud800") + "}]}",
+        "surrogates not allowed",
+    ),
+    "a truncated event": (_EVENT, "ends early"),
+    "an entry that is not an object": ("3]}", "expected an object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRICT_CASES))
+def test_the_fast_reader_is_strict_json(case: str, tmp_path: Path) -> None:
+    # The scanner reads only what json.loads reads the same way; anything else goes to the
+    # general reader, so both give one answer: the same table, or the same error.
+    tail, error = STRICT_CASES[case]
     path = tmp_path / "t.json"
-    path.write_text('{"traceEvents": [' + _EVENT + ', "dur": 4,}]}')
-    raw = load_trace(path)
-    assert raw.fast
-    assert raw.events["dur_ns"].to_pylist() == [3000]
-    with pytest.raises(TraceError, match="not valid JSON"):
-        load_trace(path, fast=False)
+    path.write_text('{"traceEvents": [' + tail)
+
+    def outcome(fast: bool) -> Any:
+        try:
+            raw = load_trace(path, fast=fast)
+        except (TraceError, UnicodeEncodeError) as exc:
+            return str(exc)
+        return raw.events.to_pylist(), raw.fast
+
+    fast, general = outcome(True), outcome(False)
+    if error is None:
+        assert not isinstance(general, str), general
+        assert fast == (general[0], False)
+    else:
+        assert isinstance(general, str) and error in general, general
+        assert fast == general

@@ -1,0 +1,612 @@
+/* The fast Kineto reader's parser: a strict JSON scanner for the events of a traceEvents
+ * array, writing the complete ('X') events' fields straight into column buffers.
+ *
+ * It reads only what Python's json (the general reader) reads the same way, and answers
+ * "not readable here" for everything else: then the general reader reads the file and
+ * words the error, if there is one. So it refuses, rather than interprets: keys with escapes,
+ * a key it reads given twice, a number of another shape than the column wants (1.0 as an
+ * integer, a timestamp with an exponent), numbers beyond
+ * MAX_NUMBER, escaped surrogates, non-strict JSON of any kind (NaN, trailing commas), and
+ * nesting deeper than MAX_DEPTH. Strings are checked as strict UTF-8, as json.loads decodes
+ * bytes. Escaped strings are handed over raw, flagged, and decoded by Python.
+ *
+ * scan(buffer, first) parses whole events from the start of `buffer` (just after the
+ * array's '[' or after a ',' between events) and stops before the first event that is not
+ * followed by ',' or ']' within the buffer. The parse runs without the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 256
+#define MAX_NUMBER 9000000000000000LL /* json_shape.MAX_NUMBER: both readers refuse this */
+
+enum { OK = 0, MORE = 1, BAD = 2 };
+enum { T_NONE = 0, T_STRING, T_NUMBER, T_TRUE, T_FALSE, T_NULL, T_OBJECT, T_ARRAY };
+
+typedef struct {
+    int type;
+    size_t start, end;   /* a string's text between its quotes; a number's text */
+    int escaped;         /* a string holds a backslash escape */
+    int integral;        /* a number has neither fraction nor exponent */
+} Value;
+
+/* The keys read; args' keys are read inside "args" only. */
+enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS, N_KEYS };
+enum { A_CORRELATION, A_DEVICE, A_STREAM, N_ARGS };
+
+typedef struct {
+    Value key[N_KEYS];
+    Value arg[N_ARGS];
+} Event;
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buffer;
+
+static int reserve(Buffer *b, size_t more) {
+    if (b->len + more <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more) cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data) return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int append(Buffer *b, const void *src, size_t n) {
+    if (reserve(b, n)) return -1;
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* A string column: int32 offsets, UTF-8 data, one validity byte and one escape byte a row. */
+typedef struct {
+    Buffer offsets, data, valid, escaped;
+} Strings;
+
+/* An int64 or float64 column: 8-byte values and one validity byte a row. */
+typedef struct {
+    Buffer values, valid;
+} Numbers;
+
+enum { S_CAT, S_NAME, S_PIS, S_TIS, N_STRINGS };
+enum { N_PID, N_TID, N_TS, N_DUR, N_CORRELATION, N_DEVICE, N_STREAM, N_NUMBERS };
+
+typedef struct {
+    Buffer rows, starts, stops; /* int64: an event's ordinal in this scan, its text's bounds */
+    Strings strings[N_STRINGS];
+    Numbers numbers[N_NUMBERS];
+} Columns;
+
+static inline size_t skip_blanks(const unsigned char *s, size_t p, size_t n) {
+    while (p < n && (s[p] == ' ' || s[p] == '\n' || s[p] == '\r' || s[p] == '\t')) p++;
+    return p;
+}
+
+static inline int hex(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A string from just after its opening quote; *p ends just after the closing quote. */
+static int parse_string(const unsigned char *s, size_t n, size_t *p, Value *v) {
+    size_t i = *p;
+    v->type = T_STRING;
+    v->start = i;
+    v->escaped = 0;
+    for (;;) {
+        if (i >= n) return MORE;
+        unsigned char c = s[i];
+        if (c == '"') break;
+        if (c < 0x20) return BAD;
+        if (c == '\\') {
+            if (i + 1 >= n) return MORE;
+            unsigned char e = s[i + 1];
+            v->escaped = 1;
+            if (e == 'u') {
+                if (i + 5 >= n) return MORE;
+                int code = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hex(s[i + k]);
+                    if (h < 0) return BAD;
+                    code = code * 16 + h;
+                }
+                if (code >= 0xD800 && code <= 0xDFFF) return BAD; /* surrogates: Python's job */
+                i += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                       e == 'r' || e == 't') {
+                i += 2;
+            } else {
+                return BAD;
+            }
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* Strict UTF-8: no overlong forms, no surrogates, nothing beyond U+10FFFF. */
+        size_t len;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return BAD;
+        if (i + len > n) return MORE;
+        if (s[i + 1] < lo || s[i + 1] > hi) return BAD;
+        for (size_t k = 2; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return BAD;
+        i += len;
+    }
+    v->end = i;
+    *p = i + 1;
+    return OK;
+}
+
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* A number in JSON's grammar; reaching the end of the buffer is MORE (a value is always
+ * followed by ',', '}' or ']' inside an event). */
+static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
+    size_t i = *p;
+    v->type = T_NUMBER;
+    v->start = i;
+    v->integral = 1;
+    if (i < n && s[i] == '-') i++;
+    if (i >= n) return MORE;
+    if (s[i] == '0') i++;
+    else if (s[i] >= '1' && s[i] <= '9') {
+        while (i < n && is_digit(s[i])) i++;
+    } else return BAD;
+    if (i >= n) return MORE;
+    if (s[i] == '.') {
+        v->integral = 0;
+        i++;
+        if (i >= n) return MORE;
+        if (!is_digit(s[i])) return BAD;
+        while (i < n && is_digit(s[i])) i++;
+        if (i >= n) return MORE;
+    }
+    if (s[i] == 'e' || s[i] == 'E') {
+        v->integral = 0;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n) return MORE;
+        if (!is_digit(s[i])) return BAD;
+        while (i < n && is_digit(s[i])) i++;
+        if (i >= n) return MORE;
+    }
+    v->end = i;
+    *p = i;
+    return OK;
+}
+
+static int parse_literal(const unsigned char *s, size_t n, size_t *p, const char *word,
+                         int type, Value *v) {
+    size_t len = strlen(word);
+    size_t have = n - *p < len ? n - *p : len;
+    if (memcmp(s + *p, word, have) != 0) return BAD;
+    if (have < len) return MORE;
+    v->type = type;
+    v->start = *p;
+    *p += len;
+    v->end = *p;
+    return OK;
+}
+
+static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, int depth);
+
+/* An object or array from its opening bracket, validated and skipped. */
+static int parse_container(const unsigned char *s, size_t n, size_t *p, Value *v, int depth) {
+    unsigned char close = s[*p] == '{' ? '}' : ']';
+    int object = close == '}';
+    if (depth > MAX_DEPTH) return BAD;
+    v->type = object ? T_OBJECT : T_ARRAY;
+    v->start = *p;
+    size_t i = skip_blanks(s, *p + 1, n);
+    if (i >= n) return MORE;
+    if (s[i] == close) {
+        *p = i + 1;
+        v->end = *p;
+        return OK;
+    }
+    for (;;) {
+        Value item;
+        int r;
+        if (object) {
+            if (s[i] != '"') return BAD;
+            i++;
+            if ((r = parse_string(s, n, &i, &item)) != OK) return r;
+            i = skip_blanks(s, i, n);
+            if (i >= n) return MORE;
+            if (s[i] != ':') return BAD;
+            i = skip_blanks(s, i + 1, n);
+            if (i >= n) return MORE;
+        }
+        if ((r = parse_value(s, n, &i, &item, depth + 1)) != OK) return r;
+        i = skip_blanks(s, i, n);
+        if (i >= n) return MORE;
+        if (s[i] == close) {
+            *p = i + 1;
+            v->end = *p;
+            return OK;
+        }
+        if (s[i] != ',') return BAD;
+        i = skip_blanks(s, i + 1, n);
+        if (i >= n) return MORE;
+    }
+}
+
+static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, int depth) {
+    if (*p >= n) return MORE;
+    switch (s[*p]) {
+    case '"':
+        (*p)++;
+        return parse_string(s, n, p, v);
+    case '{':
+    case '[':
+        return parse_container(s, n, p, v, depth);
+    case 't':
+        return parse_literal(s, n, p, "true", T_TRUE, v);
+    case 'f':
+        return parse_literal(s, n, p, "false", T_FALSE, v);
+    case 'n':
+        return parse_literal(s, n, p, "null", T_NULL, v);
+    default:
+        return parse_number(s, n, p, v);
+    }
+}
+
+static int key_is(const unsigned char *s, const Value *key, const char *word) {
+    size_t len = strlen(word);
+    return key->end - key->start == len && memcmp(s + key->start, word, len) == 0;
+}
+
+static int find_key(const unsigned char *s, const Value *key, const char *const *words, int count) {
+    for (int k = 0; k < count; k++)
+        if (key_is(s, key, words[k])) return k;
+    return -1;
+}
+
+static const char *const EVENT_KEYS[N_KEYS] = {"ph", "cat", "name", "pid", "tid", "ts", "dur",
+                                               "args"};
+static const char *const ARG_KEYS[N_ARGS] = {"correlation", "device", "stream"};
+
+/* An object's members; the values of `keys` go to `found` (type T_NONE when absent). The
+ * event's "args" object is read the same way, one level down. */
+static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
+                         const char *const *keys, int count, Event *event) {
+    size_t i = skip_blanks(s, *p + 1, n); /* *p is at '{' */
+    if (i >= n) return MORE;
+    if (s[i] == '}') {
+        *p = i + 1;
+        return OK;
+    }
+    for (;;) {
+        Value key, value;
+        int r;
+        if (s[i] != '"') return BAD;
+        i++;
+        if ((r = parse_string(s, n, &i, &key)) != OK) return r;
+        if (key.escaped) return BAD; /* "n\u0061me" is "name" to json.loads */
+        i = skip_blanks(s, i, n);
+        if (i >= n) return MORE;
+        if (s[i] != ':') return BAD;
+        i = skip_blanks(s, i + 1, n);
+        if (i >= n) return MORE;
+        int k = find_key(s, &key, keys, count);
+        if (k >= 0 && found[k].type != T_NONE) return BAD; /* json.loads keeps the last */
+        if (event && k == K_ARGS && s[i] == '{') {
+            value.type = T_OBJECT;
+            value.start = i;
+            if ((r = parse_members(s, n, &i, event->arg, ARG_KEYS, N_ARGS, NULL)) != OK)
+                return r;
+            value.end = i;
+        } else if ((r = parse_value(s, n, &i, &value, 2)) != OK) {
+            return r;
+        }
+        if (k >= 0) found[k] = value;
+        i = skip_blanks(s, i, n);
+        if (i >= n) return MORE;
+        if (s[i] == '}') {
+            *p = i + 1;
+            return OK;
+        }
+        if (s[i] != ',') return BAD;
+        i = skip_blanks(s, i + 1, n);
+        if (i >= n) return MORE;
+    }
+}
+
+/* An integer of JSON's grammar below MAX_NUMBER; 0 when it is not one. */
+static int read_integer(const unsigned char *s, const Value *v, int64_t *out) {
+    if (v->type != T_NUMBER || !v->integral) return 0;
+    size_t i = v->start;
+    int negative = s[i] == '-';
+    if (negative) i++;
+    if (v->end - i > 16) return 0;
+    int64_t value = 0;
+    for (; i < v->end; i++) value = value * 10 + (s[i] - '0');
+    if (value >= MAX_NUMBER) return 0;
+    *out = negative ? -value : value;
+    return 1;
+}
+
+/* A timestamp in thousandths, rounded half to even as the general reader's
+ * Decimal.quantize; 0 for an exponent or a value out of range. */
+static int read_thousandths(const unsigned char *s, const Value *v, int64_t *out) {
+    if (v->type != T_NUMBER) return 0;
+    size_t i = v->start;
+    int negative = s[i] == '-';
+    if (negative) i++;
+    int64_t whole = 0;
+    int digits = 0;
+    for (; i < v->end && is_digit(s[i]); i++, digits++) whole = whole * 10 + (s[i] - '0');
+    if (digits > 16 || whole >= MAX_NUMBER) return 0;
+    int64_t fraction = 0;
+    int decimals = 0;
+    int next = -1;    /* the first digit dropped */
+    int beyond = 0;   /* a nonzero digit after it */
+    if (i < v->end && s[i] == '.') {
+        for (i++; i < v->end && is_digit(s[i]); i++) {
+            if (decimals < 3) {
+                fraction = fraction * 10 + (s[i] - '0');
+                decimals++;
+            } else if (next < 0) {
+                next = s[i] - '0';
+            } else if (s[i] != '0') {
+                beyond = 1;
+            }
+        }
+    }
+    if (i != v->end) return 0; /* an exponent */
+    for (; decimals < 3; decimals++) fraction *= 10;
+    int64_t value = whole * 1000 + fraction;
+    if (next > 5 || (next == 5 && (beyond || value % 2 == 1))) value++;
+    *out = negative ? -value : value;
+    return 1;
+}
+
+/* A float64 as Python's float() reads it (both round correctly); 0 outside the range. */
+static int read_float(const unsigned char *s, const Value *v, double *out) {
+    char text[64];
+    size_t len = v->end - v->start;
+    if (v->type != T_NUMBER || len >= sizeof text) return 0;
+    memcpy(text, s + v->start, len);
+    text[len] = 0;
+    char *end;
+    double value = strtod(text, &end);
+    if (end != text + len) return 0; /* a locale with another decimal point */
+    if (!(value > -(double)MAX_NUMBER && value < (double)MAX_NUMBER)) return 0;
+    *out = value;
+    return 1;
+}
+
+static int push_string(Strings *c, const unsigned char *s, const Value *v) {
+    unsigned char present = v->type == T_STRING;
+    unsigned char escaped = present && v->escaped;
+    if (present && append(&c->data, s + v->start, v->end - v->start)) return -1;
+    if (c->data.len > INT32_MAX) return -1;
+    int32_t offset = (int32_t)c->data.len;
+    return append(&c->offsets, &offset, 4) || append(&c->valid, &present, 1) ||
+           append(&c->escaped, &escaped, 1);
+}
+
+static int push_number(Numbers *c, const void *value, unsigned char present) {
+    return append(&c->values, value, 8) || append(&c->valid, &present, 1);
+}
+
+enum { NO_MEMORY = 3 };
+
+/* The complete event's columns; BAD when a value is of a type the general reader reads
+ * otherwise (or refuses). */
+static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t row,
+                  int64_t start, int64_t stop) {
+    const Value *key = e->key;
+    const Value none = {T_NONE, 0, 0, 0, 0};
+    for (int k = K_CAT; k <= K_NAME; k++)
+        if (key[k].type != T_STRING && key[k].type != T_NONE && key[k].type != T_NULL) return BAD;
+    int64_t ids[2] = {0, 0};
+    unsigned char id_valid[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        const Value *v = &key[K_PID + k];
+        if (v->type == T_NUMBER) {
+            if (!read_integer(s, v, &ids[k])) return BAD;
+            id_valid[k] = 1;
+        } else if (v->type != T_STRING && v->type != T_NONE && v->type != T_NULL) {
+            return BAD;
+        }
+    }
+    int64_t ts = 0;
+    unsigned char ts_valid = 0;
+    if (key[K_TS].type == T_NUMBER) {
+        if (!read_thousandths(s, &key[K_TS], &ts)) return BAD;
+        ts_valid = 1;
+    } else if (key[K_TS].type != T_NONE && key[K_TS].type != T_NULL) {
+        return BAD; /* a string timestamp: the general reader reads it as a number */
+    }
+    double dur = 0;
+    unsigned char dur_valid = 0;
+    if (key[K_DUR].type == T_NUMBER) {
+        if (!read_float(s, &key[K_DUR], &dur)) return BAD;
+        dur_valid = 1;
+    } else if (key[K_DUR].type != T_NONE && key[K_DUR].type != T_NULL) {
+        return BAD;
+    }
+    int64_t args[N_ARGS] = {0, 0, 0};
+    unsigned char args_valid[N_ARGS] = {0, 0, 0};
+    if (key[K_ARGS].type == T_OBJECT) {
+        for (int a = 0; a < N_ARGS; a++) {
+            const Value *v = &e->arg[a];
+            if (v->type == T_NUMBER) {
+                if (!read_integer(s, v, &args[a])) return BAD;
+                args_valid[a] = 1;
+            } else if (v->type != T_STRING && v->type != T_NONE && v->type != T_NULL) {
+                return BAD;
+            }
+        }
+    }
+    Strings *str = out->strings;
+    Numbers *num = out->numbers;
+    if (append(&out->rows, &row, 8) || append(&out->starts, &start, 8) ||
+        append(&out->stops, &stop, 8) || push_string(&str[S_CAT], s, &key[K_CAT]) ||
+        push_string(&str[S_NAME], s, &key[K_NAME]) ||
+        push_string(&str[S_PIS], s, key[K_PID].type == T_STRING ? &key[K_PID] : &none) ||
+        push_string(&str[S_TIS], s, key[K_TID].type == T_STRING ? &key[K_TID] : &none) ||
+        push_number(&num[N_PID], &ids[0], id_valid[0]) ||
+        push_number(&num[N_TID], &ids[1], id_valid[1]) ||
+        push_number(&num[N_TS], &ts, ts_valid) || push_number(&num[N_DUR], &dur, dur_valid) ||
+        push_number(&num[N_CORRELATION], &args[0], args_valid[0]) ||
+        push_number(&num[N_DEVICE], &args[1], args_valid[1]) ||
+        push_number(&num[N_STREAM], &args[2], args_valid[2]))
+        return NO_MEMORY;
+    return OK;
+}
+
+typedef struct {
+    size_t consumed; /* bytes read: whole events and their separators */
+    int closed;      /* the array's ']' was read (consumed counts it) */
+    int64_t events;  /* traceEvents entries read */
+} Progress;
+
+static int scan_events(const unsigned char *s, size_t n, int first, Columns *out, Progress *at) {
+    size_t p = 0;
+    at->consumed = 0;
+    at->closed = 0;
+    at->events = 0;
+    for (;;) {
+        p = skip_blanks(s, p, n);
+        if (p >= n) return OK;
+        if (first && s[p] == ']') {
+            at->consumed = p + 1;
+            at->closed = 1;
+            return OK;
+        }
+        if (s[p] != '{') return BAD; /* not an object: the general reader words it */
+        size_t start = p;
+        Event event;
+        memset(&event, 0, sizeof event);
+        int r = parse_members(s, n, &p, event.key, EVENT_KEYS, N_KEYS, &event);
+        if (r == MORE) return OK;
+        if (r != OK) return r;
+        size_t q = skip_blanks(s, p, n);
+        if (q >= n) return OK; /* ',' or ']' not here yet: the event is read again */
+        if (s[q] != ',' && s[q] != ']') return BAD;
+        const Value *ph = &event.key[K_PH];
+        if (ph->type == T_STRING && ph->escaped) return BAD;
+        if (ph->type == T_STRING && ph->end - ph->start == 1 && s[ph->start] == 'X') {
+            r = commit(out, s, &event, at->events, (int64_t)start, (int64_t)p);
+            if (r != OK) return r;
+        }
+        at->events++;
+        at->consumed = q + 1;
+        if (s[q] == ']') {
+            at->closed = 1;
+            return OK;
+        }
+        p = q + 1;
+        first = 0;
+    }
+}
+
+static void free_columns(Columns *c) {
+    Buffer *all[] = {&c->rows, &c->starts, &c->stops};
+    for (size_t k = 0; k < 3; k++) free(all[k]->data);
+    for (int k = 0; k < N_STRINGS; k++) {
+        free(c->strings[k].offsets.data);
+        free(c->strings[k].data.data);
+        free(c->strings[k].valid.data);
+        free(c->strings[k].escaped.data);
+    }
+    for (int k = 0; k < N_NUMBERS; k++) {
+        free(c->numbers[k].values.data);
+        free(c->numbers[k].valid.data);
+    }
+}
+
+static PyObject *bytes_of(const Buffer *b) {
+    return PyBytes_FromStringAndSize(b->len ? b->data : "", (Py_ssize_t)b->len);
+}
+
+static PyObject *columns_of(const Columns *out) {
+    PyObject *strings = PyTuple_New(N_STRINGS), *numbers = PyTuple_New(N_NUMBERS);
+    if (!strings || !numbers) goto fail;
+    for (int k = 0; k < N_STRINGS; k++) {
+        const Strings *c = &out->strings[k];
+        PyObject *item = Py_BuildValue("(NNNN)", bytes_of(&c->offsets), bytes_of(&c->data),
+                                       bytes_of(&c->valid), bytes_of(&c->escaped));
+        if (!item) goto fail;
+        PyTuple_SET_ITEM(strings, k, item);
+    }
+    for (int k = 0; k < N_NUMBERS; k++) {
+        const Numbers *c = &out->numbers[k];
+        PyObject *item = Py_BuildValue("(NN)", bytes_of(&c->values), bytes_of(&c->valid));
+        if (!item) goto fail;
+        PyTuple_SET_ITEM(numbers, k, item);
+    }
+    return Py_BuildValue("(NNNNN)", bytes_of(&out->rows), bytes_of(&out->starts),
+                         bytes_of(&out->stops), strings, numbers);
+fail:
+    Py_XDECREF(strings);
+    Py_XDECREF(numbers);
+    return NULL;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int first;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &first)) return NULL;
+    Columns out;
+    memset(&out, 0, sizeof out);
+    int32_t zero = 0;
+    int status = OK;
+    for (int k = 0; k < N_STRINGS; k++)
+        if (append(&out.strings[k].offsets, &zero, 4)) status = NO_MEMORY;
+    Progress at = {0, 0, 0};
+    if (status == OK) {
+        Py_BEGIN_ALLOW_THREADS
+        status = scan_events((const unsigned char *)view.buf, (size_t)view.len, first, &out, &at);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = NULL;
+    if (status == NO_MEMORY) {
+        PyErr_NoMemory();
+    } else if (status != OK) {
+        result = Py_BuildValue("(OnniO)", Py_False, (Py_ssize_t)0, (Py_ssize_t)0, 0, Py_None);
+    } else {
+        PyObject *columns = columns_of(&out);
+        if (columns)
+            result = Py_BuildValue("(OnniN)", Py_True, (Py_ssize_t)at.consumed,
+                                   (Py_ssize_t)at.events, at.closed, columns);
+    }
+    free_columns(&out);
+    return result;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(buffer, first) -> (readable, consumed, events, closed, columns)\n\n"
+     "readable False: the general reader must read the file (columns is None)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&MODULE); }
