@@ -140,6 +140,18 @@ def same_columns() -> Iterator[None]:
             _SCOPE.kept = None
 
 
+def keep_answers_for(table: pa.Table) -> None:
+    """Inside `same_columns()`: drop the `distinct` answers kept for columns that are not
+    `table`'s, so that the tables a result was built from can be freed (a trace's raw events
+    once its events table is built)."""
+    kept: dict[tuple[object, ...], tuple[Column, Distinct]] | None = getattr(_SCOPE, "kept", None)
+    if not kept:
+        return
+    wanted = {_memory_key(column) for column in table.columns}
+    for key in [key for key in kept if key not in wanted]:
+        del kept[key]
+
+
 _SCOPE = threading.local()
 
 

@@ -58,10 +58,16 @@ static int reserve(Buffer *b, size_t more) {
     return 0;
 }
 
-static int append(Buffer *b, const void *src, size_t n) {
-    if (reserve(b, n)) return -1;
+static inline int append(Buffer *b, const void *src, size_t n) {
+    if (b->len + n > b->cap && reserve(b, n)) return -1;
     memcpy(b->data + b->len, src, n);
     b->len += n;
+    return 0;
+}
+
+static inline int append_byte(Buffer *b, unsigned char byte) {
+    if (b->len + 1 > b->cap && reserve(b, 1)) return -1;
+    b->data[b->len++] = (char)byte;
     return 0;
 }
 
@@ -96,6 +102,14 @@ static inline int hex(unsigned char c) {
     return -1;
 }
 
+/* The bytes a string's scan must look at: the quote, the backslash, control characters and
+ * the lead bytes of UTF-8 sequences. */
+static unsigned char SPECIAL[256];
+
+static void init_special(void) {
+    for (int c = 0; c < 256; c++) SPECIAL[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+}
+
 /* A string from just after its opening quote; *p ends just after the closing quote. */
 static int parse_string(const unsigned char *s, size_t n, size_t *p, Value *v) {
     size_t i = *p;
@@ -103,6 +117,10 @@ static int parse_string(const unsigned char *s, size_t n, size_t *p, Value *v) {
     v->start = i;
     v->escaped = 0;
     for (;;) {
+        while (i + 4 <= n && !(SPECIAL[s[i]] | SPECIAL[s[i + 1]] | SPECIAL[s[i + 2]] |
+                               SPECIAL[s[i + 3]]))
+            i += 4;
+        while (i < n && !SPECIAL[s[i]]) i++;
         if (i >= n) return MORE;
         unsigned char c = s[i];
         if (c == '"') break;
@@ -271,25 +289,30 @@ static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, in
     }
 }
 
-static int key_is(const unsigned char *s, const Value *key, const char *word) {
-    size_t len = strlen(word);
-    return key->end - key->start == len && memcmp(s + key->start, word, len) == 0;
-}
+typedef struct {
+    const char *text;
+    size_t len;
+} Key;
 
-static int find_key(const unsigned char *s, const Value *key, const char *const *words, int count) {
+static int find_key(const unsigned char *s, const Value *key, const Key *keys, int count) {
+    size_t len = key->end - key->start;
+    const unsigned char *text = s + key->start;
     for (int k = 0; k < count; k++)
-        if (key_is(s, key, words[k])) return k;
+        if (keys[k].len == len && text[0] == (unsigned char)keys[k].text[0] &&
+            memcmp(text, keys[k].text, len) == 0)
+            return k;
     return -1;
 }
 
-static const char *const EVENT_KEYS[N_KEYS] = {"ph", "cat", "name", "pid", "tid", "ts", "dur",
-                                               "args"};
-static const char *const ARG_KEYS[N_ARGS] = {"correlation", "device", "stream"};
+#define KEY(word) {word, sizeof word - 1}
+static const Key EVENT_KEYS[N_KEYS] = {KEY("ph"),  KEY("cat"), KEY("name"), KEY("pid"),
+                                       KEY("tid"), KEY("ts"),  KEY("dur"),  KEY("args")};
+static const Key ARG_KEYS[N_ARGS] = {KEY("correlation"), KEY("device"), KEY("stream")};
 
 /* An object's members; the values of `keys` go to `found` (type T_NONE when absent). The
  * event's "args" object is read the same way, one level down. */
 static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
-                         const char *const *keys, int count, Event *event) {
+                         const Key *keys, int count, Event *event) {
     size_t i = skip_blanks(s, *p + 1, n); /* *p is at '{' */
     if (i >= n) return MORE;
     if (s[i] == '}') {
@@ -402,12 +425,12 @@ static int push_string(Strings *c, const unsigned char *s, const Value *v) {
     if (present && append(&c->data, s + v->start, v->end - v->start)) return -1;
     if (c->data.len > INT32_MAX) return -1;
     int32_t offset = (int32_t)c->data.len;
-    return append(&c->offsets, &offset, 4) || append(&c->valid, &present, 1) ||
-           append(&c->escaped, &escaped, 1);
+    return append(&c->offsets, &offset, 4) || append_byte(&c->valid, present) ||
+           append_byte(&c->escaped, escaped);
 }
 
 static int push_number(Numbers *c, const void *value, unsigned char present) {
-    return append(&c->values, value, 8) || append(&c->valid, &present, 1);
+    return append(&c->values, value, 8) || append_byte(&c->valid, present);
 }
 
 enum { NO_MEMORY = 3 };
@@ -609,4 +632,7 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__scan(void) {
+    init_special();
+    return PyModule_Create(&MODULE);
+}

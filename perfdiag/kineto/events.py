@@ -122,7 +122,7 @@ def build_events(
     stream = pc.if_else(on_device, pc.coalesce(events["arg_stream"], events["tid"]), null_int)
     is_comm = pc.equal(category, "communication")
     collective = _collectives(events, name, is_comm)
-    return pa.table(
+    built = pa.table(
         {
             "rank": pa.array(np.full(events.num_rows, rank, dtype=np.int32)),
             "name": events["name"],
@@ -147,6 +147,8 @@ def build_events(
         },
         schema=EVENTS_SCHEMA,
     )
+    taxonomy.keep_answers_for(built)  # the raw trace's columns can go
+    return built
 
 
 def _collectives(events: pa.Table, name: taxonomy.Distinct, is_comm: pa.Array) -> pa.Array:

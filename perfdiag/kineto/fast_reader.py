@@ -36,7 +36,7 @@ from perfdiag.kineto.json_shape import (
 if TYPE_CHECKING:
     from perfdiag.kineto._scan import NumberColumn, StringColumn
 
-PIECE = 1 << 22  # bytes of JSON text parsed at once: bounds the memory of the parse
+PIECE = 1 << 20  # bytes of JSON text parsed at once: bounds the memory of the parse
 _READ = 1 << 20  # compressed bytes read at once
 _COMPLETE_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
 
