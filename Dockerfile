@@ -11,7 +11,7 @@ ARG BUILD_IMAGE=python:3.11
 
 FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY perfdiag ./perfdiag
 COPY operator ./operator
 COPY collector ./collector

@@ -435,6 +435,8 @@ static int push_number(Numbers *c, const void *value, unsigned char present) {
 
 enum { NO_MEMORY = 3 };
 
+static inline int absent(const Value *v) { return v->type == T_NONE || v->type == T_NULL; }
+
 /* The complete event's columns; BAD when a value is of a type the general reader reads
  * otherwise (or refuses). */
 static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t row,
@@ -442,7 +444,7 @@ static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t 
     const Value *key = e->key;
     const Value none = {T_NONE, 0, 0, 0, 0};
     for (int k = K_CAT; k <= K_NAME; k++)
-        if (key[k].type != T_STRING && key[k].type != T_NONE && key[k].type != T_NULL) return BAD;
+        if (key[k].type != T_STRING && !absent(&key[k])) return BAD;
     int64_t ids[2] = {0, 0};
     unsigned char id_valid[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
@@ -450,26 +452,16 @@ static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t 
         if (v->type == T_NUMBER) {
             if (!read_integer(s, v, &ids[k])) return BAD;
             id_valid[k] = 1;
-        } else if (v->type != T_STRING && v->type != T_NONE && v->type != T_NULL) {
+        } else if (v->type != T_STRING && !absent(v)) {
             return BAD;
         }
     }
+    /* A string timestamp is read as a number by the general reader: not here. */
     int64_t ts = 0;
-    unsigned char ts_valid = 0;
-    if (key[K_TS].type == T_NUMBER) {
-        if (!read_thousandths(s, &key[K_TS], &ts)) return BAD;
-        ts_valid = 1;
-    } else if (key[K_TS].type != T_NONE && key[K_TS].type != T_NULL) {
-        return BAD; /* a string timestamp: the general reader reads it as a number */
-    }
     double dur = 0;
-    unsigned char dur_valid = 0;
-    if (key[K_DUR].type == T_NUMBER) {
-        if (!read_float(s, &key[K_DUR], &dur)) return BAD;
-        dur_valid = 1;
-    } else if (key[K_DUR].type != T_NONE && key[K_DUR].type != T_NULL) {
-        return BAD;
-    }
+    unsigned char ts_valid = !absent(&key[K_TS]), dur_valid = !absent(&key[K_DUR]);
+    if (ts_valid && !read_thousandths(s, &key[K_TS], &ts)) return BAD;
+    if (dur_valid && !read_float(s, &key[K_DUR], &dur)) return BAD;
     int64_t args[N_ARGS] = {0, 0, 0};
     unsigned char args_valid[N_ARGS] = {0, 0, 0};
     if (key[K_ARGS].type == T_OBJECT) {
@@ -478,7 +470,7 @@ static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t 
             if (v->type == T_NUMBER) {
                 if (!read_integer(s, v, &args[a])) return BAD;
                 args_valid[a] = 1;
-            } else if (v->type != T_STRING && v->type != T_NONE && v->type != T_NULL) {
+            } else if (v->type != T_STRING && !absent(v)) {
                 return BAD;
             }
         }

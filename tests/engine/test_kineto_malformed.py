@@ -228,18 +228,24 @@ def test_random_event_fields_are_read_or_refused_clearly(
 @SETTINGS
 @given(data=st.data())
 def test_byte_mutations_are_read_or_refused_clearly(data: st.DataObject) -> None:
-    text = bytearray(json.dumps(_valid_trace(), indent=2).encode())
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(text) - 1))
+    text = json.dumps(_valid_trace(), indent=2).encode()
+    _read(_mutated(data, text, b'{}[],:"\n 0-.x\\', 4))
+
+
+def _mutated(data: st.DataObject, text: bytes, alphabet: bytes, most: int) -> bytes:
+    """`text` with 1 to `most` bytes flipped, deleted or inserted (bytes of `alphabet`)."""
+    changed = bytearray(text)
+    for _ in range(data.draw(st.integers(1, most))):
+        at = data.draw(st.integers(0, len(changed) - 1))
         action = data.draw(st.sampled_from(["flip", "delete", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'{}[],:"\n 0-.x\\')))
+        byte = data.draw(st.sampled_from(list(alphabet)))
         if action == "flip":
-            text[at] = byte
+            changed[at] = byte
         elif action == "delete":
-            del text[at]
+            del changed[at]
         else:
-            text.insert(at, byte)
-    _read(bytes(text))
+            changed.insert(at, byte)
+    return bytes(changed)
 
 
 def _outcome(path: Path, fast: bool) -> Any:
@@ -260,21 +266,11 @@ def test_byte_mutations_get_one_answer_from_both_readers(
     # fast path gives the general reader's table or its error.
     trace = _valid_trace()
     trace["traceEvents"][1]["args"].update(correlation=7, stream=-2, device=0)
-    text = bytearray(json.dumps(trace, indent=indent).encode())
-    alphabet = list(b'{}[],:"\\\n\t 019-.eEux\xc3\xa9\xed\xff\x00')
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(text) - 1))
-        action = data.draw(st.sampled_from(["flip", "delete", "insert"]))
-        byte = data.draw(st.sampled_from(alphabet))
-        if action == "flip":
-            text[at] = byte
-        elif action == "delete":
-            del text[at]
-        else:
-            text.insert(at, byte)
+    text = json.dumps(trace, indent=indent).encode()
+    alphabet = b'{}[],:"\\\n\t 019-.eEux\xc3\xa9\xed\xff\x00'
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "t.json"
-        path.write_bytes(bytes(text))
+        path.write_bytes(_mutated(data, text, alphabet, 3))
         fast, general = _outcome(path, True), _outcome(path, False)
     if isinstance(general, str) or isinstance(fast, str):
         assert fast == general
