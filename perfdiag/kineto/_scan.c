@@ -10,9 +10,14 @@
  * nesting deeper than MAX_DEPTH. Strings are checked as strict UTF-8, as json.loads decodes
  * bytes. Escaped strings are handed over raw, flagged, and decoded by Python.
  *
- * scan(buffer, first) parses whole events from the start of `buffer` (just after the
- * array's '[' or after a ',' between events) and stops before the first event that is not
- * followed by ',' or ']' within the buffer. The parse runs without the GIL.
+ * A Scanner is fed the array's text piece by piece. scan(buffer, first) parses whole events
+ * from the start of `buffer` (just after the array's '[' or after a ',' between events),
+ * stops before the first event that is not followed by ',' or ']' within the buffer, and
+ * appends the complete events to columns that grow across pieces; columns() hands them over
+ * at the end, one chunk per column. The events whose text Python must decode (names starting
+ * with one of the Scanner's prefixes, and escaped names, which a prefix test cannot judge)
+ * come back from each scan as (index, start, stop) while their text is at hand. The parse
+ * runs without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -71,6 +76,11 @@ static inline int append_byte(Buffer *b, unsigned char byte) {
     return 0;
 }
 
+typedef struct {
+    const char *text;
+    size_t len;
+} Key;
+
 /* A string column: int32 offsets, UTF-8 data, one validity byte and one escape byte a row. */
 typedef struct {
     Buffer offsets, data, valid, escaped;
@@ -85,10 +95,15 @@ enum { S_CAT, S_NAME, S_PIS, S_TIS, N_STRINGS };
 enum { N_PID, N_TID, N_TS, N_DUR, N_CORRELATION, N_DEVICE, N_STREAM, N_NUMBERS };
 
 typedef struct {
-    Buffer rows, starts, stops; /* int64: an event's ordinal in this scan, its text's bounds */
+    Buffer rows; /* int64: a complete event's index in traceEvents */
     Strings strings[N_STRINGS];
     Numbers numbers[N_NUMBERS];
 } Columns;
+
+typedef struct {
+    Key *items;
+    int count;
+} Prefixes;
 
 static inline size_t skip_blanks(const unsigned char *s, size_t p, size_t n) {
     while (p < n && (s[p] == ' ' || s[p] == '\n' || s[p] == '\r' || s[p] == '\t')) p++;
@@ -289,11 +304,6 @@ static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, in
     }
 }
 
-typedef struct {
-    const char *text;
-    size_t len;
-} Key;
-
 static int find_key(const unsigned char *s, const Value *key, const Key *keys, int count) {
     size_t len = key->end - key->start;
     const unsigned char *text = s + key->start;
@@ -439,8 +449,7 @@ static inline int absent(const Value *v) { return v->type == T_NONE || v->type =
 
 /* The complete event's columns; BAD when a value is of a type the general reader reads
  * otherwise (or refuses). */
-static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t row,
-                  int64_t start, int64_t stop) {
+static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t row) {
     const Value *key = e->key;
     const Value none = {T_NONE, 0, 0, 0, 0};
     for (int k = K_CAT; k <= K_NAME; k++)
@@ -477,8 +486,7 @@ static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t 
     }
     Strings *str = out->strings;
     Numbers *num = out->numbers;
-    if (append(&out->rows, &row, 8) || append(&out->starts, &start, 8) ||
-        append(&out->stops, &stop, 8) || push_string(&str[S_CAT], s, &key[K_CAT]) ||
+    if (append(&out->rows, &row, 8) || push_string(&str[S_CAT], s, &key[K_CAT]) ||
         push_string(&str[S_NAME], s, &key[K_NAME]) ||
         push_string(&str[S_PIS], s, key[K_PID].type == T_STRING ? &key[K_PID] : &none) ||
         push_string(&str[S_TIS], s, key[K_TID].type == T_STRING ? &key[K_TID] : &none) ||
@@ -498,7 +506,23 @@ typedef struct {
     int64_t events;  /* traceEvents entries read */
 } Progress;
 
-static int scan_events(const unsigned char *s, size_t n, int first, Columns *out, Progress *at) {
+/* Whether Python must decode the event: its name starts with a prefix, or has an escape. */
+static int wanted(const unsigned char *s, const Value *name, const Prefixes *prefixes) {
+    if (name->type != T_STRING) return 0;
+    if (name->escaped) return 1;
+    size_t len = name->end - name->start;
+    for (int k = 0; k < prefixes->count; k++) {
+        const Key *prefix = &prefixes->items[k];
+        if (prefix->len <= len && memcmp(s + name->start, prefix->text, prefix->len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* `first_row`: the traceEvents index of the buffer's first event. `decode` gets int64
+ * triples (index, start, stop) of the complete events Python must decode. */
+static int scan_events(const unsigned char *s, size_t n, int first, int64_t first_row,
+                       const Prefixes *prefixes, Columns *out, Buffer *decode, Progress *at) {
     size_t p = 0;
     at->consumed = 0;
     at->closed = 0;
@@ -524,8 +548,13 @@ static int scan_events(const unsigned char *s, size_t n, int first, Columns *out
         const Value *ph = &event.key[K_PH];
         if (ph->type == T_STRING && ph->escaped) return BAD;
         if (ph->type == T_STRING && ph->end - ph->start == 1 && s[ph->start] == 'X') {
-            r = commit(out, s, &event, at->events, (int64_t)start, (int64_t)p);
+            int64_t row = first_row + at->events;
+            r = commit(out, s, &event, row);
             if (r != OK) return r;
+            if (wanted(s, &event.key[K_NAME], prefixes)) {
+                int64_t triple[3] = {row, (int64_t)start, (int64_t)p};
+                if (append(decode, triple, sizeof triple)) return NO_MEMORY;
+            }
         }
         at->events++;
         at->consumed = q + 1;
@@ -539,8 +568,7 @@ static int scan_events(const unsigned char *s, size_t n, int first, Columns *out
 }
 
 static void free_columns(Columns *c) {
-    Buffer *all[] = {&c->rows, &c->starts, &c->stops};
-    for (size_t k = 0; k < 3; k++) free(all[k]->data);
+    free(c->rows.data);
     for (int k = 0; k < N_STRINGS; k++) {
         free(c->strings[k].offsets.data);
         free(c->strings[k].data.data);
@@ -553,51 +581,173 @@ static void free_columns(Columns *c) {
     }
 }
 
-static PyObject *bytes_of(const Buffer *b) {
-    return PyBytes_FromStringAndSize(b->len ? b->data : "", (Py_ssize_t)b->len);
+/* A column buffer handed to Python without a copy: read-only, freed with the object (Arrow
+ * keeps a reference while an array uses it). */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Block;
+
+static char EMPTY[8]; /* an empty block's address: Arrow refuses a null one */
+
+static int Block_getbuffer(Block *self, Py_buffer *view, int flags) {
+    void *data = self->data ? self->data : EMPTY;
+    return PyBuffer_FillInfo(view, (PyObject *)self, data, self->len, 1, flags);
 }
 
-static PyObject *columns_of(const Columns *out) {
+static void Block_dealloc(Block *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs BLOCK_BUFFER = {(getbufferproc)Block_getbuffer, NULL};
+
+static PyTypeObject BLOCK_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perfdiag.kineto._scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = (destructor)Block_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column buffer of the scanner (the buffer protocol, read-only).",
+    .tp_as_buffer = &BLOCK_BUFFER,
+};
+
+/* The buffer as a Block, which takes its memory over (the Buffer is left empty). */
+static PyObject *bytes_of(Buffer *b) {
+    Block *block = PyObject_New(Block, &BLOCK_TYPE);
+    if (!block) return NULL;
+    char *data = b->len ? realloc(b->data, b->len) : NULL; /* give back the spare capacity */
+    block->data = data ? data : b->data;
+    block->len = (Py_ssize_t)b->len;
+    if (!b->len) {
+        free(b->data);
+        block->data = NULL;
+    }
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)block;
+}
+
+static PyObject *columns_of(Columns *out) {
     PyObject *strings = PyTuple_New(N_STRINGS), *numbers = PyTuple_New(N_NUMBERS);
     if (!strings || !numbers) goto fail;
     for (int k = 0; k < N_STRINGS; k++) {
-        const Strings *c = &out->strings[k];
+        Strings *c = &out->strings[k];
         PyObject *item = Py_BuildValue("(NNNN)", bytes_of(&c->offsets), bytes_of(&c->data),
                                        bytes_of(&c->valid), bytes_of(&c->escaped));
         if (!item) goto fail;
         PyTuple_SET_ITEM(strings, k, item);
     }
     for (int k = 0; k < N_NUMBERS; k++) {
-        const Numbers *c = &out->numbers[k];
+        Numbers *c = &out->numbers[k];
         PyObject *item = Py_BuildValue("(NN)", bytes_of(&c->values), bytes_of(&c->valid));
         if (!item) goto fail;
         PyTuple_SET_ITEM(numbers, k, item);
     }
-    return Py_BuildValue("(NNNNN)", bytes_of(&out->rows), bytes_of(&out->starts),
-                         bytes_of(&out->stops), strings, numbers);
+    return Py_BuildValue("(NNN)", bytes_of(&out->rows), strings, numbers);
 fail:
     Py_XDECREF(strings);
     Py_XDECREF(numbers);
     return NULL;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+typedef struct {
+    PyObject_HEAD
+    Columns out;
+    Prefixes prefixes;
+    int64_t events; /* traceEvents entries read so far */
+    int busy;       /* a scan runs (without the GIL): no second one on the same Scanner */
+} Scanner;
+
+static void clear_scanner(Scanner *self) {
+    free_columns(&self->out);
+    memset(&self->out, 0, sizeof self->out);
+    for (int k = 0; k < self->prefixes.count; k++) free((void *)self->prefixes.items[k].text);
+    free(self->prefixes.items);
+    self->prefixes.items = NULL;
+    self->prefixes.count = 0;
+}
+
+static int start_columns(Columns *out) {
+    int32_t zero = 0;
+    for (int k = 0; k < N_STRINGS; k++)
+        if (append(&out->strings[k].offsets, &zero, 4)) return -1;
+    return 0;
+}
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs) {
+    PyObject *prefixes;
+    static char *keywords[] = {"prefixes", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!", keywords, &PyTuple_Type, &prefixes))
+        return -1;
+    clear_scanner(self);
+    self->events = 0;
+    Py_ssize_t count = PyTuple_GET_SIZE(prefixes);
+    self->prefixes.items = calloc((size_t)count + 1, sizeof(Key));
+    if (!self->prefixes.items || start_columns(&self->out)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = PyTuple_GET_ITEM(prefixes, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "prefixes must be bytes");
+            return -1;
+        }
+        size_t len = (size_t)PyBytes_GET_SIZE(item);
+        char *text = malloc(len + 1);
+        if (!text) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(text, PyBytes_AS_STRING(item), len + 1);
+        self->prefixes.items[k].text = text;
+        self->prefixes.items[k].len = len;
+        self->prefixes.count++;
+    }
+    return 0;
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    clear_scanner(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *decode_list(const Buffer *decode) {
+    const int64_t *triples = (const int64_t *)decode->data;
+    Py_ssize_t count = (Py_ssize_t)(decode->len / (3 * sizeof(int64_t)));
+    PyObject *list = PyList_New(count);
+    if (!list) return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = Py_BuildValue("(LLL)", (long long)triples[3 * k],
+                                       (long long)triples[3 * k + 1], (long long)triples[3 * k + 2]);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, item);
+    }
+    return list;
+}
+
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer view;
     int first;
-    (void)self;
     if (!PyArg_ParseTuple(args, "y*p", &view, &first)) return NULL;
-    Columns out;
-    memset(&out, 0, sizeof out);
-    int32_t zero = 0;
-    int status = OK;
-    for (int k = 0; k < N_STRINGS; k++)
-        if (append(&out.strings[k].offsets, &zero, 4)) status = NO_MEMORY;
-    Progress at = {0, 0, 0};
-    if (status == OK) {
-        Py_BEGIN_ALLOW_THREADS
-        status = scan_events((const unsigned char *)view.buf, (size_t)view.len, first, &out, &at);
-        Py_END_ALLOW_THREADS
+    if (self->busy || !self->prefixes.items) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "Scanner: not initialized, or already scanning");
+        return NULL;
     }
+    self->busy = 1;
+    Buffer decode = {NULL, 0, 0};
+    Progress at = {0, 0, 0};
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = scan_events((const unsigned char *)view.buf, (size_t)view.len, first, self->events,
+                         &self->prefixes, &self->out, &decode, &at);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
     PyBuffer_Release(&view);
     PyObject *result = NULL;
     if (status == NO_MEMORY) {
@@ -605,26 +755,65 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     } else if (status != OK) {
         result = Py_BuildValue("(OnniO)", Py_False, (Py_ssize_t)0, (Py_ssize_t)0, 0, Py_None);
     } else {
-        PyObject *columns = columns_of(&out);
-        if (columns)
+        self->events += at.events;
+        PyObject *wanted_events = decode_list(&decode);
+        if (wanted_events)
             result = Py_BuildValue("(OnniN)", Py_True, (Py_ssize_t)at.consumed,
-                                   (Py_ssize_t)at.events, at.closed, columns);
+                                   (Py_ssize_t)at.events, at.closed, wanted_events);
     }
-    free_columns(&out);
+    free(decode.data);
     return result;
 }
 
-static PyMethodDef METHODS[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(buffer, first) -> (readable, consumed, events, closed, columns)\n\n"
-     "readable False: the general reader must read the file (columns is None)."},
+static PyObject *Scanner_columns(Scanner *self, PyObject *unused) {
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner: scanning");
+        return NULL;
+    }
+    PyObject *columns = columns_of(&self->out);
+    free_columns(&self->out);
+    memset(&self->out, 0, sizeof self->out);
+    if (start_columns(&self->out)) {
+        Py_XDECREF(columns);
+        return PyErr_NoMemory();
+    }
+    return columns;
+}
+
+static PyMethodDef SCANNER_METHODS[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
+     "scan(buffer, first) -> (readable, consumed, events, closed, decode)\n\n"
+     "readable False: the general reader must read the file (decode is None)."},
+    {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
+     "columns() -> (rows, strings, numbers): the complete events read so far."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS,
+static PyTypeObject SCANNER_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perfdiag.kineto._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(prefixes): the complete events of a traceEvents array, piece by piece.",
+    .tp_methods = SCANNER_METHODS,
+    .tp_init = (initproc)Scanner_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, NULL,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
     init_special();
-    return PyModule_Create(&MODULE);
+    if (PyType_Ready(&SCANNER_TYPE) < 0 || PyType_Ready(&BLOCK_TYPE) < 0) return NULL;
+    PyObject *module = PyModule_Create(&MODULE);
+    if (!module) return NULL;
+    Py_INCREF(&SCANNER_TYPE);
+    if (PyModule_AddObject(module, "Scanner", (PyObject *)&SCANNER_TYPE) < 0) {
+        Py_DECREF(&SCANNER_TYPE);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -1,16 +1,19 @@
 # The C scanner of the fast Kineto reader (_scan.c).
 from typing_extensions import Buffer
 
-StringColumn = tuple[bytes, bytes, bytes, bytes]  # int32 offsets, UTF-8 data, valid, escaped
-NumberColumn = tuple[bytes, bytes]  # 8-byte values, valid
+# Column buffers (the scanner's memory, handed over without a copy; the buffer protocol).
+StringColumn = tuple[Buffer, Buffer, Buffer, Buffer]  # int32 offsets, UTF-8 data, valid, escaped
+NumberColumn = tuple[Buffer, Buffer]  # 8-byte values, valid
 Columns = tuple[
-    bytes,  # rows: int64 ordinal of each complete event among the events read
-    bytes,  # starts: int64 offset of its text
-    bytes,  # stops: int64 end of its text
+    Buffer,  # int64 index in traceEvents of each complete event
     tuple[StringColumn, StringColumn, StringColumn, StringColumn],  # cat, name, pis, tis
-    tuple[
-        NumberColumn, ...
-    ],  # pid, tid, ts (thousandths), dur (float64), correlation, device, stream
+    # pid, tid, ts (int64 thousandths of a µs), dur (float64), correlation, device, stream
+    tuple[NumberColumn, ...],
 ]
 
-def scan(buffer: Buffer, first: bool, /) -> tuple[bool, int, int, bool, Columns | None]: ...
+class Scanner:
+    def __init__(self, prefixes: tuple[bytes, ...]) -> None: ...
+    def scan(
+        self, buffer: Buffer, first: bool, /
+    ) -> tuple[bool, int, int, bool, list[tuple[int, int, int]] | None]: ...
+    def columns(self) -> Columns: ...

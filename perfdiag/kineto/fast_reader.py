@@ -1,11 +1,11 @@
-"""The fast JSON reader: the file streamed in pieces of a few MB (gunzipped on the way), and
-each piece's whole events parsed by a C scanner (perfdiag/kineto/_scan.c) straight into the
-columns of the complete events. The scanner is strict JSON and reads only what the general
-reader reads the same way; for anything else (malformed input, odd value types) it answers
-"not readable here" and the general reader reads the file and words the error. Only the
-complete events of a piece are kept before the next one is read, so the peak memory is the
-result plus one piece, never the whole text. Returns None whenever the file needs the
-general reader instead.
+"""The fast JSON reader: the file streamed in pieces of 1 MB (gunzipped on the way), each
+piece's whole events parsed by a C scanner (perfdiag/kineto/_scan.c) straight into columns of
+the complete events, which grow across pieces (one chunk per column at the end). The scanner
+is strict JSON and reads only what the general reader reads the same way; for anything else
+(malformed input, odd value types) it answers "not readable here" and the general reader
+reads the file and words the error. The text of a piece is dropped once it is parsed, so the
+peak memory is the result plus one piece, never the whole text. Returns None whenever the
+file needs the general reader instead.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag import taxonomy
-from perfdiag.kineto._scan import scan
+from perfdiag.kineto._scan import Scanner
 from perfdiag.kineto.json_shape import (
     ARGS,
     GZIP_MAGIC,
@@ -34,11 +33,16 @@ from perfdiag.kineto.json_shape import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
     from perfdiag.kineto._scan import NumberColumn, StringColumn
 
 PIECE = 1 << 20  # bytes of JSON text parsed at once: bounds the memory of the parse
 _READ = 1 << 20  # compressed bytes read at once
-_COMPLETE_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
+# JSON_SCHEMA without 'ph' (complete events only), plus their index in traceEvents.
+_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph")).append(
+    pa.field("index", pa.int64())
+)
 
 
 @dataclass
@@ -50,11 +54,12 @@ class FastRead:
     decoded: dict[int, Any]  # traceEvents index → the event, for the events named in `decode`
 
 
-def read_stream(path: Path, decode: str, *, piece: int = PIECE) -> FastRead | None:
+def read_stream(path: Path, decode: tuple[str, ...], *, piece: int = PIECE) -> FastRead | None:
     """Read `path` (JSON or gzipped JSON); None: the general reader must read it.
 
-    `decode` is a regex on event names: those complete events are also decoded whole (their
-    nested arguments), while their text is at hand. Raises TraceError for gzip damage.
+    `decode`: name prefixes of the complete events that are also decoded whole (their nested
+    arguments), while their text is at hand; events with escaped names are decoded too.
+    Raises TraceError for gzip damage.
     """
     reader = _Reader(decode, piece)
     for text in _pieces(path, piece):
@@ -64,14 +69,13 @@ def read_stream(path: Path, decode: str, *, piece: int = PIECE) -> FastRead | No
 
 
 class _Reader:
-    def __init__(self, decode: str, piece: int) -> None:
-        self.decode = decode
+    def __init__(self, decode: tuple[str, ...], piece: int) -> None:
+        self.scanner = Scanner(tuple(prefix.encode() for prefix in decode))
         self.piece = piece
         self.prefix: bytes | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
         self.rows = 0  # traceEvents entries parsed so far
         self.closed = False  # the array's ']' was read
-        self.parts: list[pa.Table] = []
         self.decoded: dict[int, Any] = {}
 
     def feed(self, text: bytes) -> bool:
@@ -96,8 +100,7 @@ class _Reader:
         if not isinstance(header, dict):
             return None
         header.pop("traceEvents", None)
-        table = pa.concat_tables(self.parts) if self.parts else _EMPTY
-        return FastRead(header, table, self.decoded)
+        return FastRead(header, _complete_events(*self.scanner.columns()), self.decoded)
 
     def _find_array(self) -> bool | None:
         """Split off the text up to the traceEvents array: True when done, None when the
@@ -115,36 +118,20 @@ class _Reader:
         return True
 
     def _parse(self) -> bool:
-        """Parse the whole events pending (until the array's end) and keep the complete ones;
-        False when the scanner cannot read them."""
+        """Parse the whole events pending (until the array's end); False when the scanner
+        cannot read them."""
         if self.closed:
             return True
-        readable, consumed, events, closed, columns = scan(self.pending, self.rows == 0)
-        if not readable or columns is None:
+        readable, consumed, events, closed, wanted = self.scanner.scan(self.pending, not self.rows)
+        if not readable or wanted is None:
             return False
-        rows_bytes, starts, stops, strings, numbers = columns
-        rows = np.frombuffer(rows_bytes, np.int64)
-        if len(rows):
-            table = _complete_events(len(rows), strings, numbers)
-            text = self.pending
-            named = taxonomy.distinct(table["name"])
-            matched = pc.match_substring_regex(named.values, self.decode)
-            wanted = named.mask(np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool))
-            if wanted.any():
-                begin, end = np.frombuffer(starts, np.int64), np.frombuffer(stops, np.int64)
-                for k in np.flatnonzero(wanted).tolist():
-                    # The scanner read the event: json.loads reads it too.
-                    event = json.loads(text[begin[k] : end[k]])
-                    self.decoded[self.rows + int(rows[k])] = event
-            index = pa.array(rows + self.rows, pa.int64())
-            self.parts.append(table.append_column("index", index))
+        for index, start, stop in wanted:
+            # The scanner read the event: json.loads reads it too.
+            self.decoded[index] = json.loads(self.pending[start:stop])
         self.rows += events
         self.closed = closed
         del self.pending[:consumed]
         return True
-
-
-_EMPTY = _COMPLETE_SCHEMA.append(pa.field("index", pa.int64())).empty_table()
 
 
 def _pieces(path: Path, size: int) -> Iterator[bytes]:
@@ -175,9 +162,11 @@ def _pieces(path: Path, size: int) -> Iterator[bytes]:
 
 
 def _complete_events(
-    length: int, strings: tuple[StringColumn, ...], numbers: tuple[NumberColumn, ...]
+    rows: Buffer, strings: tuple[StringColumn, ...], numbers: tuple[NumberColumn, ...]
 ) -> pa.Table:
-    """The scanner's columns as a table of JSON_SCHEMA without 'ph'."""
+    """The scanner's columns as a table of JSON_SCHEMA without 'ph', plus 'index'."""
+    index = np.frombuffer(memoryview(rows), np.int64)
+    length = len(index)
     cat, name, pis, tis = (_strings(length, column) for column in strings)
     pid, tid, ts, dur, correlation, device, stream = numbers
     return pa.table(
@@ -194,14 +183,15 @@ def _complete_events(
                 [_numbers(length, column, pa.int64()) for column in (correlation, device, stream)],
                 fields=list(ARGS),
             ),
+            "index": pa.array(index),
         },
-        schema=_COMPLETE_SCHEMA,
+        schema=_SCHEMA,
     )
 
 
-def _validity(length: int, valid: bytes) -> tuple[pa.Buffer | None, int]:
+def _validity(length: int, valid: Buffer) -> tuple[pa.Buffer | None, int]:
     """(Arrow validity bitmap, null count) of one byte a row."""
-    flags = np.frombuffer(valid, np.bool_)
+    flags = np.frombuffer(memoryview(valid), np.bool_)
     nulls = length - int(np.count_nonzero(flags))
     if not nulls:
         return None, 0
@@ -214,7 +204,7 @@ def _strings(length: int, column: StringColumn) -> pa.Array:
     values = pa.StringArray.from_buffers(
         length, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls
     )
-    rows = np.flatnonzero(np.frombuffer(escaped, np.bool_))
+    rows = np.flatnonzero(np.frombuffer(memoryview(escaped), np.bool_))
     if not len(rows):
         return values
     # Escapes ('\"', '\u00e9') are rare in traces: json.loads decodes those few strings.
@@ -235,7 +225,7 @@ def _thousandths(length: int, column: NumberColumn) -> pa.Array:
     """Timestamps in thousandths of a µs (int64) → decimal128 with 3 decimals, exact."""
     values, valid = column
     bitmap, nulls = _validity(length, valid)
-    low = np.frombuffer(values, np.int64)
+    low = np.frombuffer(memoryview(values), np.int64)
     wide = np.empty((length, 2), np.int64)  # decimal128: 16-byte little-endian two's complement
     wide[:, 0] = low
     wide[:, 1] = low >> 63

@@ -375,6 +375,12 @@ TYPE_CASES = {
     "integer arguments": (_EVENT + ', "args": {"stream": 7, "device": 0, "correlation": 5}}', True),
     "escapes in a name": (_EVENT.replace("aten::mm", 'a\\"b\\u00e9\\n') + "}", True),
     "label pid": (_EVENT.replace('"pid": 1', '"pid": "Spans"') + "}", True),
+    # A prefix test cannot judge an escaped name: the event is decoded, and found a collective.
+    "a collective's name written with an escape": (
+        _EVENT.replace("aten::mm", "gloo\\u003aall_reduce")
+        + ', "args": {"Collective name": "allreduce", "In msg nelems": 4, "dtype": "Float"}}',
+        True,
+    ),
     "boolean name": (_EVENT.replace('"aten::mm"', "true") + "}", False),
     "NaN duration": (_EVENT.replace('"dur": 3', '"dur": NaN') + "}", False),
     "number beyond the general reader's range": (
