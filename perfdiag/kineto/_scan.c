@@ -414,8 +414,14 @@ static int read_thousandths(const unsigned char *s, const Value *v, int64_t *out
     return 1;
 }
 
-/* A float64 as Python's float() reads it (both round correctly); 0 outside the range. */
+/* A float64 as Python's float() reads it (both round correctly); 0 outside the range. An
+ * integer is converted exactly as Python converts an int ("-0" is 0.0, not -0.0). */
 static int read_float(const unsigned char *s, const Value *v, double *out) {
+    int64_t integer;
+    if (read_integer(s, v, &integer)) {
+        *out = (double)integer;
+        return 1;
+    }
     char text[64];
     size_t len = v->end - v->start;
     if (v->type != T_NUMBER || len >= sizeof text) return 0;
@@ -781,12 +787,22 @@ static PyObject *Scanner_columns(Scanner *self, PyObject *unused) {
     return columns;
 }
 
+static PyObject *Scanner_held(Scanner *self, PyObject *unused) {
+    (void)unused;
+    size_t most = 0;
+    for (int k = 0; k < N_STRINGS; k++)
+        if (self->out.strings[k].data.len > most) most = self->out.strings[k].data.len;
+    return PyLong_FromSize_t(most);
+}
+
 static PyMethodDef SCANNER_METHODS[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
      "scan(buffer, first) -> (readable, consumed, events, closed, decode)\n\n"
      "readable False: the general reader must read the file (decode is None)."},
     {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
-     "columns() -> (rows, strings, numbers): the complete events read so far."},
+     "columns() -> (rows, strings, numbers): the complete events read since the last call."},
+    {"held", (PyCFunction)Scanner_held, METH_NOARGS,
+     "held() -> the bytes of the largest string column held (int32 offsets: < 2 GiB)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 PIECE = 1 << 20  # bytes of JSON text parsed at once: bounds the memory of the parse
 _READ = 1 << 20  # compressed bytes read at once
+# A chunk of columns is closed once a string column holds this much text: Arrow's string
+# offsets are int32, and a piece adds at most its own size.
+CHUNK_TEXT = 1 << 30
 # JSON_SCHEMA without 'ph' (complete events only), plus their index in traceEvents.
 _SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph")).append(
     pa.field("index", pa.int64())
@@ -76,6 +79,7 @@ class _Reader:
         self.pending = bytearray()  # text not parsed yet
         self.rows = 0  # traceEvents entries parsed so far
         self.closed = False  # the array's ']' was read
+        self.chunks: list[pa.Table] = []  # the columns of the chunks closed so far
         self.decoded: dict[int, Any] = {}
 
     def feed(self, text: bytes) -> bool:
@@ -100,7 +104,10 @@ class _Reader:
         if not isinstance(header, dict):
             return None
         header.pop("traceEvents", None)
-        return FastRead(header, _complete_events(*self.scanner.columns()), self.decoded)
+        last = _complete_events(*self.scanner.columns())
+        if last.num_rows or not self.chunks:
+            self.chunks.append(last)
+        return FastRead(header, pa.concat_tables(self.chunks), self.decoded)
 
     def _find_array(self) -> bool | None:
         """Split off the text up to the traceEvents array: True when done, None when the
@@ -131,6 +138,8 @@ class _Reader:
         self.rows += events
         self.closed = closed
         del self.pending[:consumed]
+        if self.scanner.held() >= CHUNK_TEXT:
+            self.chunks.append(_complete_events(*self.scanner.columns()))
         return True
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from perfdiag.kineto import load_trace, read_kineto
+from perfdiag.kineto import fast_reader, load_trace, read_kineto
 from perfdiag.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, read_meta
 
 # (folder/file part, rank, first step, steps, has_gpu)
@@ -70,12 +70,22 @@ def test_fast_and_general_readers_agree_on_real_traces(hta_files: list[Path]) ->
         assert raw.header == general.header
 
 
-def test_small_pieces_give_the_same_events_on_real_traces(hta_files: list[Path]) -> None:
+def test_small_pieces_give_the_same_events_on_real_traces(
+    hta_files: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for path in hta_files:
         whole = load_trace(path)
         pieces = load_trace(path, piece=1 << 16)
         assert pieces.fast and pieces.events.equals(whole.events), path
         assert pieces.header == whole.header
+    # Chunks closed after every piece (at 1 GiB of text otherwise): the same events.
+    monkeypatch.setattr(fast_reader, "CHUNK_TEXT", 1)
+    chunks = []
+    for path in hta_files:
+        chunked = load_trace(path, piece=1 << 18)
+        chunks.append(chunked.events["name"].num_chunks)
+        assert chunked.fast and chunked.events.equals(load_trace(path, fast=False).events), path
+    assert max(chunks) > 10, chunks
 
 
 def test_nanosecond_timestamps_are_kept(hta_files: list[Path]) -> None:
