@@ -5,7 +5,7 @@
 #   the repository, keyed by the hash of pyproject.toml, so fresh clones on the same machine
 #   reuse it (torch and its libraries are ~6 GB); `.venv` in the repository links to it.
 # - Debian's chromium (headless checks of report.html) and lua5.4 (Argo CD health check
-#   tests), when apt-get is available.
+#   tests), and gcc when there is no C compiler, when apt-get is available.
 #
 # Variables: PERFDIAG_VENV (use this venv path), PERFDIAG_PYTHON (interpreter, ≥ 3.10),
 #            PERFDIAG_SKIP_APT=1 (do not install Debian packages).
@@ -18,6 +18,17 @@ python=${PERFDIAG_PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
   log "error: $python is missing or older than Python 3.10; set PERFDIAG_PYTHON"
   exit 1
+fi
+
+# A C compiler: installing perfdiag builds the fast Kineto reader's scanner (a C extension).
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "installing Debian gcc (perfdiag builds a C extension)"
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >&2
+  else
+    log "error: no C compiler (cc or gcc); install one: perfdiag builds a C extension"
+    exit 1
+  fi
 fi
 
 # Key the environment on what it installs (dependencies, interpreter), not on the whole file.
