@@ -79,6 +79,7 @@ class _Reader:
         self.pending = bytearray()  # text not parsed yet
         self.rows = 0  # traceEvents entries parsed so far
         self.closed = False  # the array's ']' was read
+        self.wait = 0  # pending bytes to have before the next parse (an event longer than a piece)
         self.chunks: list[pa.Table] = []  # the columns of the chunks closed so far
         self.decoded: dict[int, Any] = {}
 
@@ -90,7 +91,7 @@ class _Reader:
                 return True  # the array has not started yet
             if not found:
                 return False
-        if self.closed or len(self.pending) < self.piece:
+        if self.closed or len(self.pending) < max(self.piece, self.wait):
             return True  # a piece's worth first: a small file is parsed at once, at the end
         return self._parse()
 
@@ -137,6 +138,9 @@ class _Reader:
             self.decoded[index] = json.loads(self.pending[start:stop])
         self.rows += events
         self.closed = closed
+        # No whole event yet: wait for twice the text, so that an event longer than a piece
+        # costs about twice its length to scan, not its length once per piece.
+        self.wait = 0 if consumed else 2 * len(self.pending)
         del self.pending[:consumed]
         if self.scanner.held() >= CHUNK_TEXT:
             self.chunks.append(_complete_events(*self.scanner.columns()))
