@@ -242,38 +242,34 @@ static int parse_literal(const unsigned char *s, size_t n, size_t *p, const char
 }
 
 static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, int depth);
+static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
+                         const Key *keys, int count, Event *event, int depth);
 
 /* An object or array from its opening bracket, validated and skipped. */
 static int parse_container(const unsigned char *s, size_t n, size_t *p, Value *v, int depth) {
-    unsigned char close = s[*p] == '{' ? '}' : ']';
-    int object = close == '}';
     if (depth > MAX_DEPTH) return BAD;
-    v->type = object ? T_OBJECT : T_ARRAY;
     v->start = *p;
+    if (s[*p] == '{') {
+        v->type = T_OBJECT;
+        int r = parse_members(s, n, p, NULL, NULL, 0, NULL, depth);
+        v->end = *p;
+        return r;
+    }
+    v->type = T_ARRAY;
     size_t i = skip_blanks(s, *p + 1, n);
     if (i >= n) return MORE;
-    if (s[i] == close) {
+    if (s[i] == ']') {
         *p = i + 1;
         v->end = *p;
         return OK;
     }
     for (;;) {
         Value item;
-        int r;
-        if (object) {
-            if (s[i] != '"') return BAD;
-            i++;
-            if ((r = parse_string(s, n, &i, &item)) != OK) return r;
-            i = skip_blanks(s, i, n);
-            if (i >= n) return MORE;
-            if (s[i] != ':') return BAD;
-            i = skip_blanks(s, i + 1, n);
-            if (i >= n) return MORE;
-        }
-        if ((r = parse_value(s, n, &i, &item, depth + 1)) != OK) return r;
+        int r = parse_value(s, n, &i, &item, depth + 1);
+        if (r != OK) return r;
         i = skip_blanks(s, i, n);
         if (i >= n) return MORE;
-        if (s[i] == close) {
+        if (s[i] == ']') {
             *p = i + 1;
             v->end = *p;
             return OK;
@@ -319,10 +315,11 @@ static const Key EVENT_KEYS[N_KEYS] = {KEY("ph"),  KEY("cat"), KEY("name"), KEY(
                                        KEY("tid"), KEY("ts"),  KEY("dur"),  KEY("args")};
 static const Key ARG_KEYS[N_ARGS] = {KEY("correlation"), KEY("device"), KEY("stream")};
 
-/* An object's members; the values of `keys` go to `found` (type T_NONE when absent). The
- * event's "args" object is read the same way, one level down. */
+/* An object's members, from its '{'; the values of `keys` go to `found` (type T_NONE when
+ * absent). The event's "args" object is read the same way, one level down; an object read
+ * for no key is only validated. */
 static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
-                         const Key *keys, int count, Event *event) {
+                         const Key *keys, int count, Event *event, int depth) {
     size_t i = skip_blanks(s, *p + 1, n); /* *p is at '{' */
     if (i >= n) return MORE;
     if (s[i] == '}') {
@@ -335,7 +332,7 @@ static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *fou
         if (s[i] != '"') return BAD;
         i++;
         if ((r = parse_string(s, n, &i, &key)) != OK) return r;
-        if (key.escaped) return BAD; /* "n\u0061me" is "name" to json.loads */
+        if (key.escaped && count) return BAD; /* "n\u0061me" is "name" to json.loads */
         i = skip_blanks(s, i, n);
         if (i >= n) return MORE;
         if (s[i] != ':') return BAD;
@@ -346,10 +343,10 @@ static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *fou
         if (event && k == K_ARGS && s[i] == '{') {
             value.type = T_OBJECT;
             value.start = i;
-            if ((r = parse_members(s, n, &i, event->arg, ARG_KEYS, N_ARGS, NULL)) != OK)
-                return r;
+            r = parse_members(s, n, &i, event->arg, ARG_KEYS, N_ARGS, NULL, depth + 1);
+            if (r != OK) return r;
             value.end = i;
-        } else if ((r = parse_value(s, n, &i, &value, 2)) != OK) {
+        } else if ((r = parse_value(s, n, &i, &value, depth + 1)) != OK) {
             return r;
         }
         if (k >= 0) found[k] = value;
@@ -545,7 +542,7 @@ static int scan_events(const unsigned char *s, size_t n, int first, int64_t firs
         size_t start = p;
         Event event;
         memset(&event, 0, sizeof event);
-        int r = parse_members(s, n, &p, event.key, EVENT_KEYS, N_KEYS, &event);
+        int r = parse_members(s, n, &p, event.key, EVENT_KEYS, N_KEYS, &event, 1);
         if (r == MORE) return OK;
         if (r != OK) return r;
         size_t q = skip_blanks(s, p, n);
@@ -619,7 +616,7 @@ static PyTypeObject BLOCK_TYPE = {
 };
 
 /* The buffer as a Block, which takes its memory over (the Buffer is left empty). */
-static PyObject *bytes_of(Buffer *b) {
+static PyObject *block_of(Buffer *b) {
     Block *block = PyObject_New(Block, &BLOCK_TYPE);
     if (!block) return NULL;
     char *data = b->len ? realloc(b->data, b->len) : NULL; /* give back the spare capacity */
@@ -639,18 +636,18 @@ static PyObject *columns_of(Columns *out) {
     if (!strings || !numbers) goto fail;
     for (int k = 0; k < N_STRINGS; k++) {
         Strings *c = &out->strings[k];
-        PyObject *item = Py_BuildValue("(NNNN)", bytes_of(&c->offsets), bytes_of(&c->data),
-                                       bytes_of(&c->valid), bytes_of(&c->escaped));
+        PyObject *item = Py_BuildValue("(NNNN)", block_of(&c->offsets), block_of(&c->data),
+                                       block_of(&c->valid), block_of(&c->escaped));
         if (!item) goto fail;
         PyTuple_SET_ITEM(strings, k, item);
     }
     for (int k = 0; k < N_NUMBERS; k++) {
         Numbers *c = &out->numbers[k];
-        PyObject *item = Py_BuildValue("(NN)", bytes_of(&c->values), bytes_of(&c->valid));
+        PyObject *item = Py_BuildValue("(NN)", block_of(&c->values), block_of(&c->valid));
         if (!item) goto fail;
         PyTuple_SET_ITEM(numbers, k, item);
     }
-    return Py_BuildValue("(NNN)", bytes_of(&out->rows), strings, numbers);
+    return Py_BuildValue("(NNN)", block_of(&out->rows), strings, numbers);
 fail:
     Py_XDECREF(strings);
     Py_XDECREF(numbers);
