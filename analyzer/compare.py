@@ -25,6 +25,13 @@ MIN_STEPS_FOR_PERSISTENCE = 3
 """With fewer steps persistence cannot be judged; window-level outliers stand (and say so)."""
 ABSOLUTE_FLOOR_FRACTION = 0.01
 """Smallest σ assumed, as a fraction of the step: 1% of a step is never 'significant' alone."""
+EFFECT_SIZE_FACTOR = 1.5
+"""An excess of this many times the materiality threshold that persists across the window's
+steps is outlying whatever the dispersion across ranks: with 3 ranks at 1×, 1.5× and 3×, the
+MAD of two peers is too wide for any z, yet the excess shows in every step."""
+RECURRING_SHARE = 0.2
+"""A statistically outlying, material excess that shows in at least this share of the steps
+(and in two of them) recurs: a stall every third step costs as much per step as a steady one."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +51,18 @@ class Deviations:
     outlying: NDArray[np.bool_]
     peer_count: NDArray[np.int64]
     """(R,) number of peers each rank was compared with."""
+    intermittent: NDArray[np.bool_] | None = None
+    """(R, K) outlying through recurring steps, not in most steps."""
 
 
 def compare_peers(
-    summary: pa.Table, features: Features, groups: PeerGroups, thresholds: Thresholds
+    summary: pa.Table,
+    features: Features,
+    groups: PeerGroups,
+    thresholds: Thresholds,
+    excluded: NDArray[np.bool_] | None = None,
 ) -> Deviations:
+    """`excluded` (R,): ranks already named as culprits, which are no reference for others."""
     n_ranks, n_features = features.ms.shape
     ref = np.full((n_ranks, n_features), np.nan)
     best = np.full((n_ranks, n_features), np.nan)
@@ -57,7 +71,9 @@ def compare_peers(
     step = features.mean_step_ms
     for group in range(len(groups.names)):
         members = groups.members(group)
-        stats = peer_reference(features.ms[members])
+        stats = peer_reference(
+            features.ms[members], None if excluded is None else excluded[members]
+        )
         ref[members] = stats.median
         best[members] = stats.best
         floor = (ABSOLUTE_FLOOR_FRACTION * step[members])[:, None]
@@ -71,12 +87,15 @@ def compare_peers(
         excess_fraction = excess / step[:, None]
         z = excess / scale
         ratio = np.where(ref > 0, features.ms / ref, np.where(features.ms > 0, np.inf, 1.0))
+    statistical = z >= thresholds.min_robust_z
+    large = excess_fraction >= EFFECT_SIZE_FACTOR * thresholds.min_excess_fraction
     candidate = (
         (excess_fraction >= thresholds.min_excess_fraction)
-        & (z >= thresholds.min_robust_z)
+        & (statistical | large)
         & (ratio >= thresholds.min_ratio)
     )
     candidate &= ~np.isnan(ref)
+    intermittent = np.zeros_like(candidate)
 
     steps_outlying = np.full((n_ranks, n_features), -1, dtype=np.int64)
     steps_valid = np.zeros((n_ranks, n_features), dtype=np.int64)
@@ -97,10 +116,17 @@ def compare_peers(
         n_valid = valid.sum(axis=2)
         judged = n_valid >= MIN_STEPS_FOR_PERSISTENCE
         persistent = ~judged | (counts >= thresholds.min_persistence * n_valid)
+        recurring = (
+            judged
+            & (counts >= np.maximum(2, np.ceil(RECURRING_SHARE * n_valid)))
+            & statistical[positions]
+            & ~persistent
+        )
         sub_candidate = candidate[positions]
         steps_outlying[positions] = np.where(sub_candidate & judged, counts, -1)
         steps_valid[positions] = n_valid
-        outlying[positions] = sub_candidate & persistent
+        outlying[positions] = sub_candidate & (persistent | recurring)
+        intermittent[positions] = sub_candidate & recurring
     return Deviations(
         ref=ref,
         best=best,
@@ -113,4 +139,5 @@ def compare_peers(
         steps_valid=steps_valid,
         outlying=outlying,
         peer_count=peer_count,
+        intermittent=intermittent,
     )

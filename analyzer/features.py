@@ -80,6 +80,10 @@ class Features:
     """Features that are time spent in or waiting for communication."""
     ms: NDArray[np.float64]
     """(R, K) mean ms per step of each feature on each rank (0 where absent)."""
+    cpu_wait: NDArray[np.float64] | None = None
+    """(R, S) ms each step the training thread waited for a CPU (run queue), when every rank
+    has host samples: taken out of the non-wait feature, which is then the rank's own time
+    (working or blocked), never time the scheduler withheld from it."""
 
     @property
     def wait_index(self) -> int:
@@ -120,9 +124,15 @@ def _row_keys(summary: pa.Table) -> tuple[NDArray[np.int64], list[str]]:
 
 
 def build_features(
-    summary: pa.Table, steps: StepTimes, *, min_beta: float, top: int = TOP_FUNCTIONS
+    summary: pa.Table,
+    steps: StepTimes,
+    *,
+    min_beta: float,
+    top: int = TOP_FUNCTIONS,
+    cpu_wait: NDArray[np.float64] | None = None,
 ) -> Features:
-    """Dense matrices for the functions that reach `min_beta` somewhere, plus the `top` ones."""
+    """Dense matrices for the functions that reach `min_beta` somewhere, plus the `top` ones.
+    `cpu_wait` (R, S): run-queue wait per step, taken out of the non-wait feature."""
     ranks = steps.ranks
     n_ranks = len(ranks)
     rank_col = summary.column("rank").to_numpy().astype(np.int64)
@@ -159,6 +169,8 @@ def build_features(
     np.add.at(ms, (pos[in_category], n_fun + cat_codes[in_category]), row_ms[in_category])
     np.add.at(ms[:, -2], pos[waiting_row], row_ms[waiting_row])
     np.add.at(ms[:, -1], pos[~waiting_row], row_ms[~waiting_row])
+    if cpu_wait is not None:
+        ms[:, -1] = np.maximum(ms[:, -1] - np.nanmean(cpu_wait, axis=1), 0.0)
 
     functions: list[str | None] = []
     categories: list[str] = []
@@ -185,6 +197,7 @@ def build_features(
         level=level,
         waiting=np.array(waiting, dtype=bool),
         ms=ms,
+        cpu_wait=cpu_wait,
     )
 
 
@@ -244,6 +257,10 @@ def per_step_ms(
     np.add.at(out, (sub_pos[has_cat], cat_index[has_cat]), values[has_cat])
     np.add.at(out[:, features.wait_index, :], sub_pos[waiting], values[waiting])
     np.add.at(out[:, features.non_wait_index, :], sub_pos[~waiting], values[~waiting])
+    if features.cpu_wait is not None:
+        nw = features.non_wait_index
+        wait = np.nan_to_num(features.cpu_wait[positions][:, :n_steps])
+        out[:, nw, : wait.shape[1]] = np.maximum(out[:, nw, : wait.shape[1]] - wait, 0.0)
     out[np.isnan(np.broadcast_to(durations[:, None, :], out.shape))] = np.nan
     return out
 

@@ -63,8 +63,7 @@ def slow_worker_findings(
     function_anomaly when a single function carries most of a worker's excess."""
     by_cause: dict[tuple[str | None, str], list[SlowWorker]] = {}
     for worker in sorted(fusion.slow, key=lambda w: -w.severity):
-        top = worker.top
-        key = (top.function if top else None, worker.root_category)
+        key = (worker.function, worker.root_category)
         by_cause.setdefault(key, []).append(worker)
     out: list[Reported] = []
     for (function, category), workers in by_cause.items():
@@ -92,7 +91,12 @@ def _worker_evidence(worker: SlowWorker) -> dict[str, Any]:
         "contributors": [c.evidence() for c in worker.contributors],
         "categories": [_without_function(c.evidence()) for c in worker.categories],
         "root_cause": {"category": worker.root_category, "basis": worker.root_basis},
+        "intermittent": worker.intermittent,
     }
+    if worker.user_function is not None:
+        evidence["user_function"] = worker.user_function
+    if worker.cpu is not None:
+        evidence["cpu"] = {"cause": worker.cpu.kind, **worker.cpu.evidence}
     if worker.hardware is not None:
         evidence["hardware"] = _anomaly_evidence(worker.hardware)
     if worker.victims is not None:
@@ -125,8 +129,13 @@ def _slow_worker_finding(
     message = (
         f"{who} {verb} {ms(lead.excess_ms)}/step more than {'its' if len(ranks) == 1 else 'their'}"
         f" peers outside communication ({pct(lead.severity)} of the {ms(lead.step_ms)} step, "
-        f"{_steps_phrase(lead.steps_outlying, lead.steps)}); top contributors: {contributors}."
+        f"{_steps_phrase(lead.steps_outlying, lead.steps)}"
+        f"{', intermittently' if lead.intermittent else ''}); top contributors: {contributors}."
     )
+    if lead.user_function is not None and lead.user_function != top.function:
+        message += f" In the user's code: {lead.user_function}."
+    if lead.cpu is not None:
+        message += f" CPU: {lead.cpu.sentence}."
     victims = lead.victims
     if victims is not None:
         where = f" in {victims.function}" if victims.function else " in communication"
@@ -138,6 +147,10 @@ def _slow_worker_finding(
         f"is extra time its peers don't spend, mostly {what_inline(top.function, top.category)} "
         f"(+{ms(top.excess_ms)}/step, {_category_word(top.category)})"
     )
+    if lead.user_function is not None and lead.user_function != top.function:
+        headline += f" in {lead.user_function}"
+    if lead.cpu is not None and lead.cpu.kind in ("blocked", "threads", "throttled", "starved"):
+        headline += f" — {lead.cpu.sentence}"
     if lead.hardware is not None:
         headline += f", with {lead.hardware.describe()}: hardware"
     if victims is not None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdiag.analyzer.compare import Deviations
 from perfdiag.analyzer.contention import Contended, CpuWait, explained_by_contention
+from perfdiag.analyzer.cpu_cause import CpuCause, RankCpu, explain_excess, held_back
 from perfdiag.analyzer.features import (
     COMMUNICATION,
     LEVEL_CATEGORY,
@@ -97,6 +98,20 @@ class SlowWorker:
     root_basis: str
     hardware: ResourceAnomaly | None = None
     victims: Victims | None = None
+    cpu: CpuCause | None = None
+    """What the rank did with its time, against its peers (HostUsage)."""
+    intermittent: bool = False
+    """Its excess recurs in some steps rather than in most."""
+    user_function: str | None = None
+    """The user's own frame behind the top contributor (analyzer/user_frame.py), when that
+    contributor is a builtin, a library frame or an op."""
+
+    @property
+    def function(self) -> str | None:
+        """The function the finding names: the user's frame where known."""
+        if self.user_function is not None:
+            return self.user_function
+        return self.top.function if self.top else None
 
     @property
     def severity(self) -> float:
@@ -132,6 +147,7 @@ class Fusion:
     communication: list[CommOutlier] = field(default_factory=list)
     contended: list[Contended] = field(default_factory=list)
     """Suspects whose excess is waiting for a CPU on an oversubscribed host (not named)."""
+    contended_notes: list[str] = field(default_factory=list)
 
 
 def _finite(x: float) -> float | None:
@@ -165,7 +181,10 @@ def fuse(
     thresholds: Thresholds,
     anomalies: list[ResourceAnomaly],
     cpu: CpuWait | None = None,
+    host: RankCpu | None = None,
 ) -> Fusion:
+    """`host`: the ranks' CPU accounting, when every rank has it (else `cpu`, the older
+    per-function run share, judges contention)."""
     nw = features.non_wait_index
     wait = features.wait_index
     is_wait = features.waiting
@@ -178,8 +197,17 @@ def fuse(
     material = dev.excess_fraction[:, nw] >= thresholds.min_excess_fraction
     outlying_work = dev.outlying & (functions | categories)[None, :]
     waits_more = dev.excess_fraction[:, wait] >= thresholds.min_excess_fraction
+    step = features.mean_step_ms
+    # Extra work found function by function: on a busy host the non-wait total of every rank
+    # is noisy, while a function its peers do not run (or run far less) stands out alone.
+    work_excess = np.maximum(
+        np.where(outlying_work & functions[None, :], np.maximum(dev.excess_ms, 0), 0).sum(1),
+        np.where(outlying_work & categories[None, :], np.maximum(dev.excess_ms, 0), 0).sum(1),
+    )
+    material_work = work_excess >= thresholds.min_excess_fraction * step
     suspects = np.flatnonzero(
-        material & (dev.outlying[:, nw] | outlying_work.any(axis=1)) & ~waits_more
+        ((material & (dev.outlying[:, nw] | outlying_work.any(axis=1))) | material_work)
+        & ~waits_more
     )
 
     result = Fusion()
@@ -187,29 +215,97 @@ def fuse(
         worker = _slow_worker(features, dev, groups, thresholds, i, nw, functions, categories)
         if worker is None:
             continue
-        contended = (
-            explained_by_contention(
-                cpu,
-                i,
-                groups.members(worker.group),
-                worker.rank,
-                worker.step_ms,
-                worker.excess_ms,
-                thresholds.min_excess_fraction,
+        peers = groups.members(worker.group)
+        material_ms = thresholds.min_excess_fraction * worker.step_ms
+        if host is not None:
+            cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
+            if cause.kind == "contended":
+                result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
+                continue
+            _with_cause(worker, cause)
+        else:
+            contended = (
+                explained_by_contention(
+                    cpu,
+                    i,
+                    peers,
+                    worker.rank,
+                    worker.step_ms,
+                    worker.excess_ms,
+                    thresholds.min_excess_fraction,
+                )
+                if cpu is not None
+                else None
             )
-            if cpu is not None
-            else None
-        )
-        if contended is not None:
-            result.contended.append(contended)
-            continue
+            if contended is not None:
+                result.contended.append(contended)
+                continue
         _attribute(worker, by_rank.get(worker.rank, []))
         result.slow.append(worker)
+    if host is not None:
+        named = {w.position for w in result.slow}
+        for i in range(len(features.ranks)):
+            if i in named:
+                continue
+            peers = groups.members(int(groups.labels[i]))
+            material_ms = thresholds.min_excess_fraction * float(step[i])
+            cause = held_back(host, i, peers, material_ms)
+            if cause is not None:
+                result.slow.append(_held_back_worker(features, dev, groups, i, cause))
     slow_positions = {w.position for w in result.slow}
     for worker in result.slow:
         worker.victims = _victims(features, groups, worker, slow_positions)
     result.communication = communication_outliers(features, dev, thresholds, result, by_rank)
     return result
+
+
+def _with_cause(worker: SlowWorker, cause: CpuCause) -> None:
+    worker.cpu = cause
+    if cause.kind == "threads":
+        worker.root_category = "host"
+        worker.root_basis = cause.sentence
+    elif cause.kind == "blocked":
+        worker.root_basis = cause.sentence
+
+
+def _held_back_worker(
+    features: Features, dev: Deviations, groups: PeerGroups, i: int, cause: CpuCause
+) -> SlowWorker:
+    """A rank the host held back: its excess is the time it waited for a CPU or was throttled."""
+    step = float(features.mean_step_ms[i])
+    held = Contributor(
+        function=None,
+        category="host",
+        ms=cause.excess_ms,
+        peers_ms=0.0,
+        best_peer_ms=0.0,
+        excess_ms=cause.excess_ms,
+        beta=cause.excess_ms / step if step else 0.0,
+        peers_beta=0.0,
+        robust_z=float("nan"),
+        ratio=float("nan"),
+        steps_outlying=-1,
+        steps=int(features.steps.counts[i]),
+        outlying=True,
+    )
+    nw = features.non_wait_index
+    return SlowWorker(
+        rank=int(features.ranks[i]),
+        position=i,
+        group=int(groups.labels[i]),
+        step_ms=step,
+        excess_ms=cause.excess_ms,
+        non_wait_ms=float(features.ms[i, nw]),
+        peers_non_wait_ms=float(dev.ref[i, nw]),
+        steps_outlying=-1,
+        steps=int(features.steps.counts[i]),
+        peer_count=int(dev.peer_count[i]),
+        contributors=[held],
+        categories=[],
+        root_category="host",
+        root_basis=cause.sentence,
+        cpu=cause,
+    )
 
 
 def _slow_worker(
@@ -225,18 +321,17 @@ def _slow_worker(
     outlying_categories = np.flatnonzero(dev.outlying[i] & categories)
     outlying_functions = np.flatnonzero(dev.outlying[i] & functions)
     if dev.outlying[i, nw]:
+        k = nw
         excess = float(dev.excess_ms[i, nw])
         steps_outlying, steps = int(dev.steps_outlying[i, nw]), int(dev.steps_valid[i, nw])
     else:
-        # The non-wait total did not pass on its own (e.g. part of it was a one-off spike):
-        # count only the persistent outlying categories, never more than the total.
-        excess = min(
-            float(dev.excess_ms[i, nw]), float(dev.excess_ms[i, outlying_categories].sum())
+        # The non-wait total did not pass on its own (part of it was a one-off spike, or the
+        # peers' totals are noisy on a busy host): count the outlying work, function by
+        # function or category by category, whichever says more.
+        excess = max(
+            float(np.maximum(dev.excess_ms[i, outlying_categories], 0).sum()),
+            float(np.maximum(dev.excess_ms[i, outlying_functions], 0).sum()),
         )
-        if not len(outlying_categories):
-            excess = min(
-                float(dev.excess_ms[i, nw]), float(dev.excess_ms[i, outlying_functions].sum())
-            )
         best = outlying_categories if len(outlying_categories) else outlying_functions
         k = int(best[np.argmax(dev.excess_ms[i, best])])
         steps_outlying, steps = int(dev.steps_outlying[i, k]), int(dev.steps_valid[i, k])
@@ -280,6 +375,7 @@ def _slow_worker(
         categories=category_rows,
         root_category=root,
         root_basis=basis,
+        intermittent=bool(dev.intermittent is not None and dev.intermittent[i, k]),
     )
 
 

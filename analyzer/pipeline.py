@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from perfdiag.analyzer.capture import Capture, load_capture
@@ -15,7 +16,8 @@ from perfdiag.analyzer.collective_findings import (
 )
 from perfdiag.analyzer.collectives import CollectiveAnalysis, analyze_collectives
 from perfdiag.analyzer.compare import Deviations, compare_peers
-from perfdiag.analyzer.contention import cpu_wait, without_chance_cpu_anomalies
+from perfdiag.analyzer.contention import CpuWait, cpu_wait, without_chance_cpu_anomalies
+from perfdiag.analyzer.cpu_cause import RankCpu, host_note, rank_cpu
 from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.features import Features, StepTimes, build_features
 from perfdiag.analyzer.findings import (
@@ -28,11 +30,14 @@ from perfdiag.analyzer.findings import (
 )
 from perfdiag.analyzer.fusion import Fusion, fuse
 from perfdiag.analyzer.hardware import ResourceAnomaly, resource_anomalies
+from perfdiag.analyzer.host_usage import cpu_wait_matrix
+from perfdiag.analyzer.imbalance import imbalance_findings
 from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
 from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
 from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.throttle import HardwareReader, with_throttle_reasons
+from perfdiag.analyzer.user_frame import EventsReader, is_user_frame, user_frame
 from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
 from perfdiag.api.breakdown import Breakdown
@@ -48,6 +53,7 @@ KIND_ORDER = {
     "hardware": 2,
     "function_anomaly": 3,
     "expected_range": 4,
+    "imbalance": 5,
 }
 FEATURE_FLOOR_SHARE = 0.5
 """Functions are kept dense when their β reaches this share of the materiality threshold."""
@@ -82,6 +88,7 @@ def analyze_capture(
     roles: RoleAssigner | None = None,
     progress: Progress | None = None,
     read_hardware: HardwareReader | None = None,
+    read_events: EventsReader | None = None,
 ) -> Analysis:
     """Compare the workers of `capture` and build the verdict. `read_hardware` gives a rank's
     hardware.parquet, for the throttle reasons of the GPUs a finding blames."""
@@ -89,20 +96,31 @@ def analyze_capture(
     limits = thresholds or Thresholds()
     steps = StepTimes.from_metas(capture.metas)
     features = build_features(
-        capture.summary, steps, min_beta=FEATURE_FLOOR_SHARE * limits.min_excess_fraction
+        capture.summary,
+        steps,
+        min_beta=FEATURE_FLOOR_SHARE * limits.min_excess_fraction,
+        cpu_wait=cpu_wait_matrix(capture.metas, steps.ranks, steps.durations_ms.shape[1]),
     )
     # Default roles: process-group communication when the capture has collective calls.
     groups = (roles or by_collectives(capture.collectives))(features, limits.role_split_jaccard)
     say(f"comparing {len(features.ranks)} workers ({len(groups.names)} peer group(s))")
-    deviations = compare_peers(capture.summary, features, groups, limits)
+    host = rank_cpu(capture.metas, features)
     cpu = cpu_wait(capture.summary, features)
     anomalies, chance = without_chance_cpu_anomalies(
         resource_anomalies(capture.summary, features, groups, limits), cpu, features, groups
     )
     capture.notes.extend(chance)
     speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
-    fusion = fuse(features, deviations, groups, limits, anomalies + speed, cpu)
+    deviations, fusion = _culprits(
+        capture.summary, features, groups, limits, anomalies + speed, cpu, host
+    )
     capture.notes.extend(c.describe() for c in fusion.contended)
+    capture.notes.extend(fusion.contended_notes)
+    if read_events is not None:
+        _name_user_frames(fusion, read_events, capture.notes)
+    note = host_note(host) if host is not None else None
+    if note is not None:
+        capture.notes.insert(0, note)
     collectives = analyze_collectives(capture.collectives, features, groups, limits)
     has_gpu = any(m.has_gpu for m in capture.metas.values())
     violations = check_expected_ranges(
@@ -119,6 +137,7 @@ def analyze_capture(
         *kernel_speed_findings(speed, features, fusion),
         *slow_link_findings(collectives, features),
         *range_findings(violations),
+        *imbalance_findings(capture.metas, features, groups, fusion),
     ]
     reported = hang_findings(account)
     reported += [r for r in candidates if r.finding.severity >= limits.report_severity]
@@ -147,6 +166,60 @@ def analyze_capture(
     )
 
 
+MAX_CULPRIT_ROUNDS = 4
+USER_FRAME_CATEGORIES = frozenset({"python", "dataloader", "gc"})
+"""Categories whose finding names the user's frame; an op (cpu_op) keeps its own name."""
+
+
+LIBRARY_PREFIX = "torch/"
+
+
+def _name_user_frames(fusion: Fusion, read_events: EventsReader, notes: list[str]) -> None:
+    """The user's frame behind each culprit's top contributor (analyzer/user_frame.py)."""
+    for worker in fusion.slow:
+        top = worker.top
+        if top is None or top.function is None or top.category not in USER_FRAME_CATEGORIES:
+            continue
+        if is_user_frame(top.function):
+            continue
+        events = read_events(worker.rank)
+        if events is None:
+            continue
+        try:
+            enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
+            worker.user_function = user_frame(events, top.function, enclosing=enclosing)
+        except (pa.ArrowException, KeyError, ValueError) as exc:
+            notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
+
+
+def _culprits(
+    summary: pa.Table,
+    features: Features,
+    groups: PeerGroups,
+    limits: Thresholds,
+    anomalies: list[ResourceAnomaly],
+    cpu: CpuWait | None,
+    host: RankCpu | None,
+) -> tuple[Deviations, Fusion]:
+    """Compare and fuse until no new culprit appears: the ranks named in one round are no
+    reference for the others in the next (several culprits, graded stragglers)."""
+    excluded = np.zeros(len(features.ranks), dtype=bool)
+    deviations = compare_peers(summary, features, groups, limits)
+    fusion = fuse(features, deviations, groups, limits, anomalies, cpu, host)
+    for _ in range(MAX_CULPRIT_ROUNDS):
+        named = excluded.copy()
+        named[[w.position for w in fusion.slow]] = True
+        if (named == excluded).all():
+            break
+        excluded = named
+        again = compare_peers(summary, features, groups, limits, excluded)
+        refused = fuse(features, again, groups, limits, anomalies, cpu, host)
+        if not {w.position for w in fusion.slow} <= {w.position for w in refused.slow}:
+            break  # a culprit would be lost: keep the round that named it
+        deviations, fusion = again, refused
+    return deviations, fusion
+
+
 def run_analysis(
     source: str | Storage,
     out: Storage | None = None,
@@ -167,6 +240,7 @@ def run_analysis(
         expected_ranks,
         progress=say,
         read_hardware=_hardware_reader(storage, capture),
+        read_events=_events_reader(storage, capture),
     )
     from perfdiag.analyzer.report import render_report
 
@@ -195,5 +269,18 @@ def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
             # Throttle reasons only add to a finding: say why they are absent, go on.
             capture.notes.append(f"rank {rank}: {key} not read ({exc})")
             return None
+
+    return read
+
+
+def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
+    if capture.kind != "capture":
+        return None
+
+    def read(rank: int) -> pa.Table | None:
+        try:
+            return table_from_bytes(storage.get_bytes(layout.worker_key(rank, layout.EVENTS)))
+        except (StorageError, pa.ArrowException):
+            return None  # raw events not kept: the contributor's own name stands
 
     return read

@@ -27,15 +27,23 @@ class PeerReference:
     """(n, K) the lowest value among the peers (the best peer)."""
 
 
-def peer_reference(values: NDArray[np.float64]) -> PeerReference:
+def peer_reference(
+    values: NDArray[np.float64], excluded: NDArray[np.bool_] | None = None
+) -> PeerReference:
+    """Each rank's peers' median, MAD and best value. `excluded` ranks (culprits already
+    named) are nobody's reference: with few ranks, a second culprit among the peers would
+    otherwise raise the median a rank is compared with (1×, 1.5×, 3× ranks: the 1.5× rank's
+    peers' median would be 2×). A rank left with no other peer keeps all of them."""
     n, k = values.shape
     if n < 2:
         nan = np.full((n, k), np.nan)
         return PeerReference(median=nan, mad=nan, best=nan)
+    usable = np.ones(n, dtype=bool) if excluded is None else ~excluded
     if n > LEAVE_ONE_OUT_MAX:
-        median = np.median(values, axis=0)
-        mad = np.median(np.abs(values - median), axis=0)
-        best = np.min(values, axis=0)
+        pool = values[usable] if usable.sum() >= 2 else values
+        median = np.median(pool, axis=0)
+        mad = np.median(np.abs(pool - median), axis=0)
+        best = np.min(pool, axis=0)
         return PeerReference(
             median=np.broadcast_to(median, (n, k)).copy(),
             mad=np.broadcast_to(mad, (n, k)).copy(),
@@ -44,8 +52,10 @@ def peer_reference(values: NDArray[np.float64]) -> PeerReference:
     median = np.empty((n, k))
     mad = np.empty((n, k))
     best = np.empty((n, k))
+    others = ~np.eye(n, dtype=bool)
     for i in range(n):  # n ≤ LEAVE_ONE_OUT_MAX; each pass is vectorized over features
-        peers = np.delete(values, i, axis=0)
+        chosen = others[i] & usable
+        peers = values[chosen] if chosen.any() else values[others[i]]
         median[i] = np.median(peers, axis=0)
         mad[i] = np.median(np.abs(peers - median[i]), axis=0)
         best[i] = np.min(peers, axis=0)

@@ -68,11 +68,13 @@ def process_window(
     window: written as hardware.parquet, and the summary gets each function's governing
     resource μ/σ from them."""
     from perfdiag.analyzer.hardware_samples import with_resources
+    from perfdiag.analyzer.host_usage import host_usage
     from perfdiag.collector.hardware import hardware_table, within
     from perfdiag.kineto import TraceError
     from perfdiag.kineto.hook_window import read_hook_window
     from perfdiag.parquet_io import table_to_bytes
     from perfdiag.summary import summarize
+    from perfdiag.schema import SUMMARY_SCHEMA_ID, with_meta
     from perfdiag.taxonomy import same_columns
 
     folder = spool.window_dir(spool_dir, rank, plan_id)
@@ -100,6 +102,12 @@ def process_window(
                 samples = hardware_table(kept, meta)
                 if samples.num_rows:  # none when sampling began after the window (a restart)
                     summary = with_resources(summary, events, samples)
+                    usage = host_usage(samples, meta)
+                    if usage is not None:
+                        meta = meta.model_copy(update={"host_usage": usage})
+                        summary = summary.replace_schema_metadata(
+                            with_meta(summary.schema, SUMMARY_SCHEMA_ID, meta).metadata
+                        )
                     key = layout.worker_key(rank, layout.HARDWARE)
                     storage.put_bytes(key, table_to_bytes(samples))
                     files.append(key)

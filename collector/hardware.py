@@ -43,6 +43,7 @@ log = logging.getLogger("perfdiag.agent")
 FAST_S = 0.001
 MEDIUM_S = 0.010
 SLOW_S = 0.100
+PROCESS_S = 0.020  # a rank's threads and cgroup: a few reads per thread, 50 times a second
 HOST = "host"
 SLEEP_OVERSHOOT_S = 0.0001
 _told_no_gpu = False
@@ -118,6 +119,7 @@ class HardwareSampler:
         self._stopped_ns = 0
         self._switch_interval: float | None = None
         self._parse_cache: dict[str, tuple[int, list[Series]]] = {}
+        self._open_fds: list[dict[str, int]] = []
         self._fast: list[_Reader] = []
         self._blocking: list[_Reader] = []
         self._setup_host()
@@ -131,6 +133,74 @@ class HardwareSampler:
             self._raw_reader(f"{self.proc}/{name}", name, period)
         for rank, pid in sorted(self.pids.items()):
             self._raw_reader(f"{self.proc}/{pid}/schedstat", f"schedstat:{rank}", FAST_S)
+            self._process_reader(rank, pid)
+            self._cgroup_reader(rank, pid)
+
+    def _process_reader(self, rank: int, pid: int) -> None:
+        """All of the rank process's threads: CPU run and run-queue wait (summed over
+        /proc/<pid>/task/*/schedstat) and the thread count. A rank's extra CPU outside its
+        training thread (a busy background thread, extra intra-op threads) shows only here."""
+        device = f"rank{rank}"
+        run = self._series_for("process_cpu_run_ns", device, counter=True)
+        wait = self._series_for("process_runqueue_wait_ns", device, counter=True)
+        threads = self._series_for("process_threads", device)
+        tasks = f"{self.proc}/{pid}/task"
+        fds: dict[str, int] = {}
+        self._open_fds.append(fds)
+        # Threads that ended keep counting: their time stays in the process's total.
+        gone = [0.0, 0.0]
+
+        def read(now: int) -> None:
+            alive = os.listdir(tasks)
+            total_run, total_wait = gone
+            for tid in list(fds):
+                if tid not in alive:
+                    os.close(fds.pop(tid))
+            for tid in alive:
+                fd = fds.get(tid)
+                try:
+                    if fd is None:
+                        fd = fds[tid] = os.open(f"{tasks}/{tid}/schedstat", os.O_RDONLY)
+                    fields = os.pread(fd, 128, 0).split()
+                except OSError:  # the thread ended between the listing and the read
+                    continue
+                total_run += float(fields[0])
+                total_wait += float(fields[1])
+            run.add(now, total_run)
+            wait.add(now, total_wait)
+            threads.add(now, float(len(alive)))
+
+        self._fast.append(_Reader(f"process:{rank}", self._period(PROCESS_S), read))
+
+    def _cgroup_reader(self, rank: int, pid: int) -> None:
+        """The CPU quota of the rank's cgroup (a Kubernetes CPU limit) and the time the
+        kernel held the group back for it (cpu.stat throttled time)."""
+        found = cgroup_cpu_dir(self.proc, pid)
+        if found is None:
+            return
+        folder, version = found
+        device = f"rank{rank}"
+        quota = cgroup_quota_cores(folder, version)
+        if quota is not None:
+            self._series_for("cgroup_cpu_quota_cores", device).add(time.time_ns(), quota)
+        throttled = self._series_for("cgroup_throttled_ns", device, counter=True)
+        periods = self._series_for("cgroup_nr_throttled", device, counter=True)
+        unit = 1000.0 if version == 2 else 1.0  # v2: throttled_usec, v1: throttled_time (ns)
+        key = b"throttled_usec" if version == 2 else b"throttled_time"
+        try:
+            fd = os.open(os.path.join(folder, "cpu.stat"), os.O_RDONLY)
+        except OSError:
+            return
+        self._open_fds.append({"cpu.stat": fd})
+
+        def read(now: int) -> None:
+            values = dict(
+                line.split()[:2] for line in os.pread(fd, 1024, 0).splitlines() if line.strip()
+            )
+            throttled.add(now, float(values.get(key, 0)) * unit)
+            periods.add(now, float(values.get(b"nr_throttled", 0)))
+
+        self._fast.append(_Reader(f"cgroup:{rank}", self._period(PROCESS_S), read))
 
     def _raw_reader(self, path: str, key: str, period_s: float) -> None:
         try:
@@ -304,6 +374,11 @@ class HardwareSampler:
         self._stopped_ns = time.time_ns()
         for raw in self._raw.values():
             raw.close()
+        for fds in self._open_fds:
+            for fd in fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            fds.clear()
         if self._nvml is not None:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
@@ -412,6 +487,9 @@ def _parse_stat(ts: Sequence[int], snapshots: Sequence[bytes]) -> list[Series]:
             Series("cpu_busy_jiffies", device, True, stamps, array("d", total[:, i] - idle[:, i]))
         )
         out.append(Series("cpu_steal_jiffies", device, True, stamps, array("d", numbers[:, i, 7])))
+    running = re.findall(rb"^procs_running (\d+)", b"\n".join(snapshots), re.M)
+    if len(running) == len(snapshots):
+        out.append(Series("procs_running", HOST, False, stamps, array("d", map(float, running))))
     return out
 
 
@@ -463,6 +541,46 @@ def gpu_index(local_rank: int | None) -> int | None:
     if local_rank < len(entries) and entries[local_rank].isdigit():
         return int(entries[local_rank])
     return local_rank
+
+
+def cgroup_cpu_dir(proc: str, pid: int) -> tuple[str, int] | None:
+    """The folder of the cgroup that holds `pid`'s CPU controller, and the cgroup version;
+    None when it cannot be found (no cgroup file system mounted, another namespace)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        names = controllers.split(",")
+        if "cpu" in names:
+            for mount in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+                folder = mount + path
+                if os.path.exists(os.path.join(folder, "cpu.stat")):
+                    return folder, 1
+    for line in lines:
+        if line.startswith("0::"):
+            folder = "/sys/fs/cgroup" + line[3:]
+            if os.path.exists(os.path.join(folder, "cpu.stat")):
+                return folder, 2
+    return None
+
+
+def cgroup_quota_cores(folder: str, version: int) -> float | None:
+    """The group's CPU limit in cores; None when unlimited or unreadable."""
+    try:
+        if version == 2:
+            with open(os.path.join(folder, "cpu.max")) as handle:
+                quota, period = handle.read().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        with open(os.path.join(folder, "cpu.cfs_quota_us")) as handle:
+            quota_us = int(handle.read())
+        with open(os.path.join(folder, "cpu.cfs_period_us")) as handle:
+            period_us = int(handle.read())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
 
 
 def worker_series(series: Sequence[Series], rank: int, gpu_index: int | None) -> list[Series]:

@@ -177,6 +177,36 @@ class WindowMeta(BaseModel):
         return (self.step_bounds_ns[0][0], self.step_bounds_ns[-1][1])
 
 
+class HostUsage(BaseModel):
+    """How the worker's process used the host's CPUs in each analysed step, ms, from the agent's
+    /proc and cgroup samples (collector/hardware.py; analyzer/host_usage.py computes it).
+
+    On-CPU, run-queue wait and the rest (off-CPU: asleep, blocked on I/O, a lock, a queue or a
+    collective) add up to the step for the training thread."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    main_run_ms: list[float] = Field(description="Training (main) thread on a CPU, per step.")
+    main_wait_ms: list[float] = Field(
+        description="Training thread runnable but not running (run queue, cgroup throttle)."
+    )
+    process_cpu_ms: list[float] | None = Field(
+        default=None, description="All of the process's threads on a CPU, per step."
+    )
+    process_wait_ms: list[float] | None = Field(
+        default=None, description="All threads' run-queue wait, per step."
+    )
+    threads: int | None = Field(default=None, description="Most threads the process had.")
+    throttled_ms: list[float] | None = Field(
+        default=None, description="Time the process's cgroup was throttled by its CPU quota."
+    )
+    cpu_quota_cores: float | None = Field(default=None, description="The cgroup's CPU limit.")
+    host_runnable: float | None = Field(
+        default=None, description="Mean runnable threads on the host (procs_running)."
+    )
+    host_cores: int | None = Field(default=None, description="CPUs of the host.")
+
+
 class WorkerMeta(BaseModel):
     """Who produced a file: carried in every Parquet file's metadata."""
 
@@ -194,6 +224,8 @@ class WorkerMeta(BaseModel):
     source_file: str | None = None
     python_stacks: bool = False
     has_gpu: bool = False
+    host_usage: HostUsage | None = None
+    """CPU use of the worker's process per step (added in v1; absent without host samples)."""
 
 
 def with_meta(schema: pa.Schema, schema_id: str, worker: WorkerMeta) -> pa.Schema:

@@ -10,7 +10,9 @@ VERDICT_SCHEMA = "perfdiag.verdict/v1"
 
 VerdictStatus = Literal["healthy", "degraded", "hang", "incomplete"]
 WorkerState = Literal["ok", "missing", "stuck"]
-FindingKind = Literal["slow_worker", "function_anomaly", "expected_range", "hang", "hardware"]
+FindingKind = Literal[
+    "slow_worker", "function_anomaly", "expected_range", "hang", "hardware", "imbalance"
+]
 FindingCategory = Literal[
     "gpu_compute",
     "gpu_memory",

@@ -166,8 +166,8 @@ def metrics_exporter(stop: threading.Event) -> None:
     """A background thread that serializes metrics in pure Python, holding the GIL."""
     counter = 0
     while not stop.is_set():
-        for i in range(2000):
-            counter += len(str(i * counter % 1000))
+        for i in range(20000):  # no calls inside: the profiler records no event per iteration
+            counter = (counter * 31 + i) % 1000003
 
 
 def hold_to_cpu_quota(fraction: float) -> str:
@@ -204,6 +204,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-ranks", default="", help="comma-separated ranks")
     parser.add_argument(
         "--scale", default="", help="graded: matrix-work factor per fault rank, e.g. 1.5,3"
+    )
+    parser.add_argument(
+        "--base-repeats", type=int, default=6, help="matrix products every rank does per step"
     )
     parser.add_argument("--stop-file", default=None)
     parser.add_argument("--max-seconds", type=float, default=300.0)
@@ -255,11 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     while not done:
         for inputs, labels in loader:
             step += 1
-            repeats = 6
+            repeats = args.base_repeats
             if args.fault == "noisy-steps":
                 repeats = step_random.choice((3, 6, 9, 12))
             if args.fault == "uneven":
-                repeats = rank_random.choice((2, 4, 6, 8, 10, 12))
+                repeats = rank_random.choice((3, 6, 12, 24))
             augment(BASE_MATRIX, round(repeats * work_scale))
             if faulty:
                 if args.fault in ("python-hotspot",) or (args.fault == "mixed" and index == 0):

@@ -58,10 +58,10 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("mixed-causes", "mixed", 4, (1, 3), _c("python", "cpu_op")),
     FaultClass("compute", "compute", 4, (2,), _c("cpu_op"), fast=True),
     FaultClass(
-        "graded-3", "graded", 3, (1, 2), _c("cpu_op"), job_args=("--scale", "1.5,3")
+        "graded-3", "graded", 3, (1, 2), _c("cpu_op"), job_args=("--scale", "1.5,3", "--base-repeats", "40")
     ),
     FaultClass(
-        "graded-4", "graded", 4, (2, 3), _c("cpu_op"), job_args=("--scale", "2.5,4")
+        "graded-4", "graded", 4, (2, 3), _c("cpu_op"), job_args=("--scale", "2.5,4", "--base-repeats", "24")
     ),
     FaultClass("larger-batch", "larger-batch", 4, (1,), _c("cpu_op", "python", "dataloader")),
     FaultClass("intermittent", "intermittent", 4, (2,), _c("python"), "tokenize"),

@@ -1,0 +1,255 @@
+"""What a rank did with its time, from its process's CPU accounting (`HostUsage`, per step).
+
+For the training thread, a step is: on a CPU (working), runnable but waiting for a CPU (run
+queue; a cgroup's throttled time shows here too), or neither (off-CPU: asleep, blocked on I/O,
+a lock, a queue, the GIL, or a collective). The process's other threads add their own CPU.
+Compared with its peers (deltas of medians, ms per step), this says why a rank is slow:
+
+| cause | what differs from the peers | category |
+| --- | --- | --- |
+| work | the training thread computes longer | the contributors' (python, cpu_op…) |
+| blocked | the training thread is off-CPU longer outside communication | the contributors' |
+| threads | the process's other threads use more CPU (a busy background thread, more intra-op threads) | host |
+| throttled | the cgroup's CPU quota held the process back | host |
+| starved | the rank waits for a CPU while its peers get one (a noisy neighbour, fewer cores) | host |
+| contended | only run-queue wait, on a host where every rank waits: chance, no rank is named | – |
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfdiag.analyzer.features import Features
+from perfdiag.schema import WorkerMeta
+
+HEALTHY_RUN_SHARE = 0.9
+"""Peers that run ≥ this share of their runnable time get a CPU: the host is not oversubscribed."""
+CauseKind = Literal["work", "blocked", "threads", "throttled", "starved", "contended"]
+
+
+@dataclass(frozen=True)
+class RankCpu:
+    """(R,) ms per step of each rank (NaN where unknown), aligned with Features.ranks."""
+
+    on_cpu: NDArray[np.float64]
+    cpu_wait: NDArray[np.float64]
+    other_threads: NDArray[np.float64]
+    throttled: NDArray[np.float64]
+    off_cpu: NDArray[np.float64]
+    """Training thread neither running nor runnable, outside communication."""
+    threads: NDArray[np.float64]
+    quota_cores: NDArray[np.float64]
+    host_runnable: float | None
+    host_cores: int | None
+
+    @property
+    def run_share(self) -> NDArray[np.float64]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.on_cpu / (self.on_cpu + self.cpu_wait)
+
+    @property
+    def oversubscribed(self) -> bool:
+        return bool(
+            self.host_runnable is not None
+            and self.host_cores
+            and self.host_runnable > self.host_cores
+        )
+
+
+def _mean(values: list[float] | None) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None:
+    """The ranks' CPU accounting; None unless every rank has host samples."""
+    usages = [metas[int(rank)].host_usage for rank in features.ranks]
+    if not usages or any(u is None for u in usages):
+        return None
+    n = len(usages)
+    on_cpu, wait, other, throttled, threads, quota = (np.full(n, np.nan) for _ in range(6))
+    runnable: list[float] = []
+    cores: list[int] = []
+    for i, usage in enumerate(usages):
+        assert usage is not None
+        on_cpu[i] = _mean(usage.main_run_ms)
+        wait[i] = _mean(usage.main_wait_ms)
+        other[i] = _mean(usage.process_cpu_ms) - on_cpu[i]
+        throttled[i] = _mean(usage.throttled_ms) if usage.throttled_ms is not None else 0.0
+        threads[i] = usage.threads if usage.threads is not None else np.nan
+        quota[i] = usage.cpu_quota_cores if usage.cpu_quota_cores is not None else np.nan
+        if usage.host_runnable is not None:
+            runnable.append(usage.host_runnable)
+        if usage.host_cores:
+            cores.append(usage.host_cores)
+    non_wait = features.ms[:, features.non_wait_index]  # own time: run-queue wait taken out
+    return RankCpu(
+        on_cpu=on_cpu,
+        cpu_wait=wait,
+        other_threads=np.maximum(other, 0.0),
+        throttled=throttled,
+        off_cpu=np.maximum(non_wait - on_cpu, 0.0),
+        threads=threads,
+        quota_cores=quota,
+        host_runnable=float(np.median(runnable)) if runnable else None,
+        host_cores=int(np.median(cores)) if cores else None,
+    )
+
+
+def _peer_median(values: NDArray[np.float64], peers: NDArray[np.int64]) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmedian(values[peers])) if len(peers) else float("nan")
+
+
+@dataclass(frozen=True)
+class CpuCause:
+    kind: CauseKind
+    excess_ms: float
+    """What this cause costs the rank per step (its share of the excess, or the time it was
+    held back for the host causes)."""
+    evidence: dict[str, Any]
+    sentence: str
+
+
+def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
+    def pair(values: NDArray[np.float64]) -> dict[str, float | None]:
+        own, ref = float(values[i]), _peer_median(values, peers)
+        return {
+            "rank": round(own, 3) if np.isfinite(own) else None,
+            "peers_median": round(ref, 3) if np.isfinite(ref) else None,
+        }
+
+    evidence: dict[str, Any] = {
+        "on_cpu_ms_per_step": pair(cpu.on_cpu),
+        "cpu_wait_ms_per_step": pair(cpu.cpu_wait),
+        "off_cpu_ms_per_step": pair(cpu.off_cpu),
+        "other_threads_cpu_ms_per_step": pair(cpu.other_threads),
+        "throttled_ms_per_step": pair(cpu.throttled),
+        "run_share": pair(cpu.run_share),
+        "threads": pair(cpu.threads),
+    }
+    if np.isfinite(cpu.quota_cores[i]):
+        evidence["cpu_quota_cores"] = round(float(cpu.quota_cores[i]), 3)
+    if cpu.host_runnable is not None:
+        evidence["host_runnable_threads"] = cpu.host_runnable
+        evidence["host_cores"] = cpu.host_cores
+    return evidence
+
+
+def _delta(values: NDArray[np.float64], i: int, peers: NDArray[np.int64]) -> float:
+    d = float(values[i]) - _peer_median(values, peers)
+    return d if np.isfinite(d) else 0.0
+
+
+def explain_excess(
+    cpu: RankCpu, i: int, peers: NDArray[np.int64], excess_ms: float, material_ms: float
+) -> CpuCause:
+    """Why rank `i` spends `excess_ms` of own time more than its peers."""
+    peers = peers[peers != i]
+    d_run = _delta(cpu.on_cpu, i, peers)
+    d_off = _delta(cpu.off_cpu, i, peers)
+    d_other = _delta(cpu.other_threads, i, peers)
+    evidence = _evidence(cpu, i, peers)
+    # Other threads' CPU (gloo's, the profiler's) differs by a few ms between healthy ranks:
+    # it counts only when it is large.
+    busy_threads = d_other >= 2 * material_ms
+    own = max(d_run, 0.0) + max(d_off, 0.0) + (d_other if busy_threads else 0.0)
+    if own < 0.5 * material_ms:
+        return CpuCause(
+            "contended",
+            excess_ms,
+            evidence,
+            f"its functions ran {excess_ms:.1f} ms/step longer than its peers', but it neither "
+            f"computed nor blocked materially longer (on-CPU {d_run:+.1f}, off-CPU {d_off:+.1f}, "
+            f"other threads {d_other:+.1f} ms/step): the difference is waiting for a CPU, "
+            "which rank waits longest is chance on a busy host; not named",
+        )
+    if busy_threads and d_other >= 0.5 * excess_ms and d_other > max(d_off, d_run):
+        threads = cpu.threads[i]
+        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        return CpuCause(
+            "threads",
+            excess_ms,
+            evidence,
+            f"threads other than its training thread used {d_other:.1f} ms/step of CPU more "
+            f"than its peers'{count}: they hold the GIL or the cores the training thread needs",
+        )
+    if d_off >= 0.5 * excess_ms and d_off > d_run:
+        return CpuCause(
+            "blocked",
+            excess_ms,
+            evidence,
+            f"its training thread was blocked (off-CPU: sleeping, I/O, a lock or a queue) "
+            f"{d_off:.1f} ms/step longer than its peers', not computing",
+        )
+    return CpuCause(
+        "work",
+        excess_ms,
+        evidence,
+        f"its training thread computed {max(d_run, 0.0):.1f} ms/step longer than its peers'",
+    )
+
+
+def held_back(
+    cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float
+) -> CpuCause | None:
+    """A rank held back by the host (a CPU quota, a CPU taken by others) rather than its own
+    work; None when it is not, or when every rank waits alike (chance on a busy host)."""
+    peers = peers[peers != i]
+    if not len(peers):
+        return None
+    d_throttled = _delta(cpu.throttled, i, peers)
+    d_wait = _delta(cpu.cpu_wait, i, peers)
+    evidence = _evidence(cpu, i, peers)
+    if d_throttled >= material_ms:
+        quota = cpu.quota_cores[i]
+        limit = f" (a limit of {quota:.2f} CPU)" if np.isfinite(quota) else ""
+        return CpuCause(
+            "throttled",
+            max(d_throttled, d_wait),
+            evidence,
+            f"its CPU quota{limit} throttled it {cpu.throttled[i]:.1f} ms/step (peers "
+            f"{_peer_median(cpu.throttled, peers):.1f}); it ran "
+            f"{_pct(cpu.run_share[i])} of its runnable time, its peers "
+            f"{_pct(_peer_median(cpu.run_share, peers))}",
+        )
+    peers_share = _peer_median(cpu.run_share, peers)
+    if d_wait >= material_ms and np.isfinite(peers_share) and peers_share >= HEALTHY_RUN_SHARE:
+        return CpuCause(
+            "starved",
+            d_wait,
+            evidence,
+            f"it waited {d_wait:.1f} ms/step longer than its peers for a CPU: it ran "
+            f"{_pct(cpu.run_share[i])} of its runnable time, its peers {_pct(peers_share)} "
+            "(another process on its cores, or fewer cores)",
+        )
+    return None
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if np.isfinite(x) else "an unknown share"
+
+
+def host_note(cpu: RankCpu) -> str | None:
+    """One sentence on an oversubscribed host, for the verdict's notes."""
+    if not cpu.oversubscribed:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = cpu.cpu_wait / (cpu.on_cpu + cpu.cpu_wait + cpu.off_cpu)
+    finite = share[np.isfinite(share)]
+    spread = (
+        f"; the ranks' training threads waited for a CPU {np.min(finite):.0%}–{np.max(finite):.0%}"
+        " of their time outside communication"
+        if len(finite)
+        else ""
+    )
+    return (
+        f"The host was oversubscribed: {cpu.host_runnable:.1f} runnable threads on "
+        f"{cpu.host_cores} cores{spread}. Only time a rank spends on its own (computing or "
+        "blocked) names it; waiting for a CPU does not."
+    )

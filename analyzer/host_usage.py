@@ -1,0 +1,90 @@
+"""A worker's CPU use per window step, from its hardware samples (`HostUsage` in its metadata).
+
+The agent calls `host_usage(samples, meta)` when it writes a worker's summary. Counters (ns of
+CPU, of run-queue wait, of cgroup throttling) are read at a few ms to 20 ms; their value at a
+step boundary is interpolated linearly between the samples around it, so that each step gets
+its own share even when a step is shorter than the sampling period.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from perfdiag.schema import HostUsage, WorkerMeta
+
+
+def _series(samples: pa.Table, metric: str, device: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    mask = pc.and_(
+        pc.equal(samples.column("metric"), metric), pc.equal(samples.column("device"), device)
+    )
+    rows = samples.filter(mask).sort_by("ts_ns")
+    return (
+        rows.column("ts_ns").to_numpy().astype(np.int64),
+        rows.column("value").to_numpy(zero_copy_only=False).astype(np.float64),
+    )
+
+
+def _per_step_ms(
+    samples: pa.Table, metric: str, device: str, bounds: NDArray[np.int64]
+) -> list[float] | None:
+    """The counter's increase within each step, ms (ns counters); None when the samples do not
+    cover the window (then no step would be honest)."""
+    ts, values = _series(samples, metric, device)
+    if len(ts) < 2 or ts[0] > bounds[0, 0] or ts[-1] < bounds[-1, 1]:
+        return None
+    at_start = np.interp(bounds[:, 0], ts, values)
+    at_end = np.interp(bounds[:, 1], ts, values)
+    return [round(float(v), 4) for v in np.maximum(at_end - at_start, 0.0) / 1e6]
+
+
+def _gauge(samples: pa.Table, metric: str, device: str, span: tuple[int, int]) -> NDArray[np.float64]:
+    ts, values = _series(samples, metric, device)
+    return values[(ts >= span[0]) & (ts <= span[1])]
+
+
+def host_usage(samples: pa.Table, meta: WorkerMeta) -> HostUsage | None:
+    """The worker's CPU use per step; None without its training thread's schedstat samples."""
+    bounds = np.asarray(meta.window.step_bounds_ns, dtype=np.int64).reshape(-1, 2)
+    if samples.num_rows == 0 or not len(bounds):
+        return None
+    device = f"rank{meta.rank}"
+    main_run = _per_step_ms(samples, "cpu_run_ns", device, bounds)
+    main_wait = _per_step_ms(samples, "cpu_runqueue_wait_ns", device, bounds)
+    if main_run is None or main_wait is None:
+        return None
+    span = (int(bounds[0, 0]), int(bounds[-1, 1]))
+    threads = _gauge(samples, "process_threads", device, span)
+    quota = _gauge(samples, "cgroup_cpu_quota_cores", device, (0, span[1]))
+    runnable = _gauge(samples, "procs_running", "host", span)
+    return HostUsage(
+        main_run_ms=main_run,
+        main_wait_ms=main_wait,
+        process_cpu_ms=_per_step_ms(samples, "process_cpu_run_ns", device, bounds),
+        process_wait_ms=_per_step_ms(samples, "process_runqueue_wait_ns", device, bounds),
+        threads=int(threads.max()) if len(threads) else None,
+        throttled_ms=_per_step_ms(samples, "cgroup_throttled_ns", device, bounds),
+        cpu_quota_cores=float(quota[-1]) if len(quota) else None,
+        # procs_running counts the sampler's own thread: one less is the job and the rest.
+        host_runnable=round(float(runnable.mean()) - 1.0, 2) if len(runnable) else None,
+        host_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    )
+
+
+def cpu_wait_matrix(
+    metas: dict[int, WorkerMeta], ranks: NDArray[np.int64], width: int
+) -> NDArray[np.float64] | None:
+    """(R, width) run-queue wait of each rank's training thread per step, ms; None unless every
+    rank has it (comparing adjusted with unadjusted ranks would favour the latter)."""
+    out = np.full((len(ranks), max(width, 1)), np.nan)
+    for i, rank in enumerate(ranks.tolist()):
+        usage = metas[rank].host_usage
+        if usage is None:
+            return None
+        values = usage.main_wait_ms[:width]
+        out[i, : len(values)] = values
+    return out

@@ -1,0 +1,128 @@
+"""Group-level load imbalance: work spread unevenly across ranks, a different rank slowest in
+different steps (uneven sequence or video lengths: EROICA's case), so that no rank is an
+outlier over the window while every step waits for that step's slowest rank.
+
+Per step and peer group, from each rank's training-thread CPU time (`HostUsage.main_run_ms`;
+run-queue wait is not work): the job loses the slowest rank's time over the median rank's. An
+`imbalance` finding is reported when that loss averages at least `MIN_LOSS` of the step, the
+spread shows in most steps, and no single rank is the slowest in most of them (that rank would
+be a slow worker, judged elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdiag.analyzer.features import Features
+from perfdiag.analyzer.findings import Reported
+from perfdiag.analyzer.fusion import Fusion
+from perfdiag.analyzer.peers import PeerGroups
+from perfdiag.analyzer.text import format_ranks, ms, pct
+from perfdiag.api.verdict import Finding
+from perfdiag.schema import WorkerMeta
+
+MIN_LOSS = 0.10
+"""Mean loss per step (slowest rank's work over the median rank's), as a share of the step."""
+MIN_STEPS_SHOWN = 0.5
+"""The spread reaches half of MIN_LOSS in at least this share of the steps."""
+MAX_SLOWEST_SHARE = 0.5
+"""No rank is the slowest in more than this share of the steps."""
+MIN_GROUP = 3
+MAX_RANKS = 4096
+"""Above this many ranks in a group, the ranks compared are the group's slowest by window."""
+
+
+def _work_per_step(
+    metas: dict[int, WorkerMeta], ranks: np.ndarray, width: int
+) -> np.ndarray | None:
+    out = np.full((len(ranks), width), np.nan)
+    for i, rank in enumerate(ranks.tolist()):
+        usage = metas[int(rank)].host_usage
+        if usage is None:
+            return None
+        values = usage.main_run_ms[:width]
+        out[i, : len(values)] = values
+    return out
+
+
+def imbalance_findings(
+    metas: dict[int, WorkerMeta], features: Features, groups: PeerGroups, fusion: Fusion
+) -> list[Reported]:
+    width = features.steps.durations_ms.shape[1]
+    work = _work_per_step(metas, features.ranks, width)
+    if work is None:
+        return []
+    named = {w.position for w in fusion.slow}
+    out = []
+    for group in range(len(groups.names)):
+        members = np.array([m for m in groups.members(group).tolist() if m not in named])
+        if len(members) < MIN_GROUP:
+            continue
+        if len(members) > MAX_RANKS:
+            members = members[np.argsort(-np.nanmean(work[members], axis=1))[:MAX_RANKS]]
+        found = _group_imbalance(work[members], features.steps.durations_ms[members])
+        if found is None:
+            continue
+        loss_ms, step_ms, shown, slowest = found
+        ranks = features.ranks[members]
+        counts = np.bincount(slowest, minlength=len(members))
+        top = ranks[np.argsort(-counts)[: min(8, len(members))]]
+        top = [int(r) for r, c in zip(top, np.sort(counts)[::-1], strict=False) if c > 0]
+        spread = np.nanmax(work[members], axis=0) - np.nanmin(work[members], axis=0)
+        severity = min(1.0, loss_ms / step_ms)
+        message = (
+            f"Work is spread unevenly across ranks {format_ranks(ranks.tolist())}: in each step "
+            f"the slowest rank computes {ms(loss_ms)} longer than the median rank "
+            f"({pct(severity)} of the {ms(step_ms)} step, in {shown}/{len(slowest)} steps), "
+            f"and the others wait for it; which rank is slowest changes from step to step "
+            f"(most often {', '.join(map(str, top[:4]))}), so no single rank is at fault. "
+            f"Spread of the training threads' CPU time per step: {ms(float(np.nanmedian(spread)))}"
+            " (median). Next: balance the work per rank (bucket or pack inputs by length, "
+            "sort batches by size, cap sequence lengths)."
+        )
+        finding = Finding(
+            kind="imbalance",
+            category="python",
+            function=None,
+            ranks=top,
+            severity=round(severity, 4),
+            evidence={
+                "group_ranks": format_ranks(ranks.tolist()),
+                "loss_ms_per_step": round(loss_ms, 3),
+                "step_ms": round(step_ms, 3),
+                "steps_shown": shown,
+                "steps": len(slowest),
+                "slowest_rank_per_step": [int(ranks[s]) for s in slowest.tolist()],
+                "spread_ms_per_step": [round(float(x), 3) for x in spread.tolist()],
+                "basis": "training-thread CPU time per step (run-queue wait excluded)",
+            },
+            message=message,
+        )
+        headline = (
+            f"Load imbalance: in each step the slowest rank computes {ms(loss_ms)} longer than "
+            f"the median one ({pct(severity)} of the step), a different rank in different steps"
+        )
+        out.append(Reported(finding=finding, headline=headline + "."))
+    return out
+
+
+def _group_imbalance(
+    work: np.ndarray, durations: np.ndarray
+) -> tuple[float, float, int, np.ndarray] | None:
+    valid = ~np.isnan(work).any(axis=0) & ~np.isnan(durations).any(axis=0)
+    if valid.sum() < 3:
+        return None
+    work, durations = work[:, valid], durations[:, valid]
+    loss = np.max(work, axis=0) - np.median(work, axis=0)
+    step = np.median(durations, axis=0)
+    step_ms = float(np.mean(step))
+    loss_ms = float(np.mean(loss))
+    if step_ms <= 0 or loss_ms < MIN_LOSS * step_ms:
+        return None
+    shown = int(np.sum(loss >= 0.5 * MIN_LOSS * step))
+    if shown < MIN_STEPS_SHOWN * len(loss):
+        return None
+    slowest = np.argmax(work, axis=0)
+    if np.bincount(slowest).max() > MAX_SLOWEST_SHARE * len(slowest):
+        return None
+    return loss_ms, step_ms, shown, slowest
