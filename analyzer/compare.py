@@ -116,10 +116,15 @@ def compare_peers(
         n_valid = valid.sum(axis=2)
         judged = n_valid >= MIN_STEPS_FOR_PERSISTENCE
         persistent = ~judged | (counts >= thresholds.min_persistence * n_valid)
+        # Without its largest step the excess must still be material: one spike (a peer's
+        # profiler export at the window's edge, a checkpoint) plus noise does not recur.
+        clean = np.where(valid, step_excess, 0.0)
+        rest = (clean.sum(axis=2) - clean.max(axis=2, initial=0.0)) / np.maximum(n_valid - 1, 1)
         recurring = (
             judged
             & (counts >= np.maximum(2, np.ceil(RECURRING_SHARE * n_valid)))
             & statistical[positions]
+            & (rest >= (thresholds.min_excess_fraction * step[positions])[:, None])
             & ~persistent
         )
         sub_candidate = candidate[positions]

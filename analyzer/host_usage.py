@@ -18,7 +18,9 @@ from numpy.typing import NDArray
 from perfdiag.schema import HostUsage, WorkerMeta
 
 
-def _series(samples: pa.Table, metric: str, device: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+def _series(
+    samples: pa.Table, metric: str, device: str
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     mask = pc.and_(
         pc.equal(samples.column("metric"), metric), pc.equal(samples.column("device"), device)
     )
@@ -42,7 +44,9 @@ def _per_step_ms(
     return [round(float(v), 4) for v in np.maximum(at_end - at_start, 0.0) / 1e6]
 
 
-def _gauge(samples: pa.Table, metric: str, device: str, span: tuple[int, int]) -> NDArray[np.float64]:
+def _gauge(
+    samples: pa.Table, metric: str, device: str, span: tuple[int, int]
+) -> NDArray[np.float64]:
     ts, values = _series(samples, metric, device)
     return values[(ts >= span[0]) & (ts <= span[1])]
 
@@ -71,7 +75,9 @@ def host_usage(samples: pa.Table, meta: WorkerMeta) -> HostUsage | None:
         cpu_quota_cores=float(quota[-1]) if len(quota) else None,
         # procs_running counts the sampler's own thread: one less is the job and the rest.
         host_runnable=round(float(runnable.mean()) - 1.0, 2) if len(runnable) else None,
-        host_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        host_cores=len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
     )
 
 

@@ -147,6 +147,10 @@ def analyze_capture(
     # Ties: the fused slow_worker before the function_anomaly it contains.
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
     verdict = build_verdict(capture, account, steps, reported, limits)
+    if note is not None:
+        verdict = verdict.model_copy(
+            update={"summary": f"{verdict.summary} {note}", "notes": [note]}
+        )
     return Analysis(
         capture=capture,
         thresholds=limits,

@@ -29,7 +29,10 @@ def window_info(capture: Capture, steps: StepTimes) -> WindowInfo:
         start_step=start_step,
         steps=n_steps,
         step_time_ms=StepTimesModel(
-            median=round(float(np.median(medians)), 3) if len(medians) else 0.0,
+            # The lower median: a value one rank had, never the midpoint of two.
+            median=round(float(np.sort(medians)[(len(medians) - 1) // 2]), 3)
+            if len(medians)
+            else 0.0,
             max=round(float(np.max(medians)), 3) if len(medians) else 0.0,
             per_rank=per_rank,
         ),

@@ -20,11 +20,11 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from perfdiag.testing.fault_suite import BY_NAME, CLASSES, Outcome, run_class
+from perfdiag.testing.fault_suite import BY_NAME, CLASSES, Outcome, reanalyze, run_class
 
 
 def _burn(deadline: float) -> None:
@@ -62,6 +62,11 @@ def main() -> int:
     parser.add_argument("--classes", nargs="*", default=None, help="names (default: all)")
     parser.add_argument("--out", default="/tmp/perfdiag-fault-suite")
     parser.add_argument("--timeout", type=float, default=240.0, help="per run, seconds")
+    parser.add_argument(
+        "--reanalyze",
+        action="store_true",
+        help="run no training: judge the captures already in --out again with `perfdiag analyze`",
+    )
     args = parser.parse_args()
     chosen = [BY_NAME[n] for n in args.classes] if args.classes else list(CLASSES)
     if os.geteuid() != 0:
@@ -72,6 +77,17 @@ def main() -> int:
     loads = ["quiet", "loaded"] if args.load == "both" else [args.load]
     root = Path(args.out)
     results: dict[str, list[Outcome]] = {}
+    if args.reanalyze:
+        for load in loads:
+            for fault_class in chosen:
+                for capture in sorted((root / load).glob(f"{fault_class.name}-[0-9]*")):
+                    if not capture.is_dir():
+                        continue
+                    outcome = reanalyze(fault_class, capture)
+                    results.setdefault(f"{fault_class.name}\t{load}", []).append(outcome)
+                    _print_outcome(outcome, load)
+        _print_table(results, loads)
+        return 0 if all(o.right for v in results.values() for o in v) else 1
     for load in loads:
         budget = len(chosen) * args.repeat * (args.timeout + 60)
         with noisy_neighbour(load == "loaded", budget):
@@ -80,18 +96,21 @@ def main() -> int:
                     out = root / load / f"{fault_class.name}-{run}"
                     outcome = run_class(fault_class, out, timeout_s=args.timeout)
                     results.setdefault(f"{fault_class.name}\t{load}", []).append(outcome)
-                    mark = "ok " if outcome.right else "BAD"
-                    load_avg = os.getloadavg()[0]
-                    print(
-                        f"{mark} {load:<6} {fault_class.name:<15} {outcome.seconds:5.1f}s "
-                        f"load {load_avg:4.1f} {outcome.status:<9} {outcome.why} [{outcome.top}]",
-                        flush=True,
-                    )
+                    _print_outcome(outcome, load)
     _print_table(results, loads)
     (root / "results.json").write_text(
         json.dumps({k: [o.__dict__ for o in v] for k, v in results.items()}, indent=1)
     )
     return 0 if all(o.right for v in results.values() for o in v) else 1
+
+
+def _print_outcome(outcome: Outcome, load: str) -> None:
+    mark = "ok " if outcome.right else "BAD"
+    print(
+        f"{mark} {load:<6} {outcome.fault_class:<15} {outcome.seconds:5.1f}s "
+        f"load {os.getloadavg()[0]:4.1f} {outcome.status:<9} {outcome.why} [{outcome.top}]",
+        flush=True,
+    )
 
 
 def _print_table(results: dict[str, list[Outcome]], loads: list[str]) -> None:
@@ -114,7 +133,9 @@ def _print_table(results: dict[str, list[Outcome]], loads: list[str]) -> None:
         if all(c == "–" for c in cells):
             continue
         culprits = ",".join(map(str, fault_class.culprits)) or fault_class.kind or "none"
-        print(f"| {fault_class.name} | {fault_class.ranks} | {culprits} | " + " | ".join(cells) + " |")
+        print(
+            f"| {fault_class.name} | {fault_class.ranks} | {culprits} | " + " | ".join(cells) + " |"
+        )
     for load, (alarms, runs) in false_alarms.items():
         print(f"false alarms on healthy runs ({load}): {alarms}/{runs}")
     sys.stdout.flush()

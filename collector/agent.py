@@ -73,8 +73,8 @@ def process_window(
     from perfdiag.kineto import TraceError
     from perfdiag.kineto.hook_window import read_hook_window
     from perfdiag.parquet_io import table_to_bytes
-    from perfdiag.summary import summarize
     from perfdiag.schema import SUMMARY_SCHEMA_ID, with_meta
+    from perfdiag.summary import summarize
     from perfdiag.taxonomy import same_columns
 
     folder = spool.window_dir(spool_dir, rank, plan_id)

@@ -64,6 +64,9 @@ class CaptureWindow:
         self._has_cuda = "cuda" in self.plan.activities and bool(torch.cuda.is_available())
         self._session = ProfilerSession(cuda=self._has_cuda, python_stacks=self.plan.python_stacks)
         self._session.start()
+        # The profiler's start allocates: collect now, inside the profiler's warm-up step (not
+        # analysed), so that no full collection perfdiag caused lands in the window's steps.
+        gc.collect()
         gc.callbacks.append(self._on_gc)
         self._gc_registered = True
         self._enter_step(self.first_step)

@@ -530,7 +530,7 @@ class FindingSummary(StatusModel):
     """One finding of the verdict, without its evidence (that is in verdict.json)."""
 
     kind: FindingKind = Field(
-        description="slow_worker, function_anomaly, expected_range, hang or hardware."
+        description="slow_worker, function_anomaly, expected_range, hang, hardware or imbalance."
     )
     category: FindingCategory = Field(description="Taxonomy category of the cause.")
     function: str | None = Field(default=None, description="The function involved, if any.")

@@ -72,6 +72,11 @@ class Verdict(BaseModel):
     window: WindowInfo
     workers: list[WorkerInfo]
     findings: list[Finding] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the analysis saw about the conditions of the window that names no "
+        "rank, e.g. an oversubscribed host (added in v1).",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

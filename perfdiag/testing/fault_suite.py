@@ -58,10 +58,20 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("mixed-causes", "mixed", 4, (1, 3), _c("python", "cpu_op")),
     FaultClass("compute", "compute", 4, (2,), _c("cpu_op"), fast=True),
     FaultClass(
-        "graded-3", "graded", 3, (1, 2), _c("cpu_op"), job_args=("--scale", "1.5,3", "--base-repeats", "40")
+        "graded-3",
+        "graded",
+        3,
+        (1, 2),
+        _c("cpu_op"),
+        job_args=("--scale", "1.5,3", "--base-repeats", "40"),
     ),
     FaultClass(
-        "graded-4", "graded", 4, (2, 3), _c("cpu_op"), job_args=("--scale", "2.5,4", "--base-repeats", "24")
+        "graded-4",
+        "graded",
+        4,
+        (2, 3),
+        _c("cpu_op"),
+        job_args=("--scale", "2.5,4", "--base-repeats", "24"),
     ),
     FaultClass("larger-batch", "larger-batch", 4, (1,), _c("cpu_op", "python", "dataloader")),
     FaultClass("intermittent", "intermittent", 4, (2,), _c("python"), "tokenize"),
@@ -118,12 +128,64 @@ def judge(fault_class: FaultClass, verdict: Verdict) -> tuple[bool, str]:
         mine = [f for f in findings if f.kind in CULPRIT_KINDS and rank in f.ranks]
         top = mine[0]
         if fault_class.categories and top.category not in fault_class.categories:
-            return False, f"rank {rank}: category {top.category}, expected {sorted(fault_class.categories)}"
+            return (
+                False,
+                f"rank {rank}: category {top.category}, expected {sorted(fault_class.categories)}",
+            )
         if fault_class.function and not any(
             fault_class.function in (f.function or "") for f in mine
         ):
             return False, f"rank {rank}: function {top.function!r}, expected {fault_class.function}"
     return True, "every culprit named with its cause"
+
+
+def reanalyze(fault_class: FaultClass, capture: Path, *, perfdiag: str | None = None) -> Outcome:
+    """Judge an earlier run's capture again with this perfdiag: `perfdiag analyze CAPTURE --out
+    CAPTURE/reanalysis` in a fresh process, as a user re-analyses a capture."""
+    out = capture / "reanalysis"
+    argv = [
+        perfdiag or str(Path(sys.executable).with_name("perfdiag")),
+        "analyze",
+        str(capture),
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    return _judged(fault_class, out / "verdict.json", proc, time.monotonic() - started, capture)
+
+
+def _judged(
+    fault_class: FaultClass,
+    verdict_file: Path,
+    proc: subprocess.CompletedProcess[str],
+    seconds: float,
+    out: Path,
+) -> Outcome:
+    if not verdict_file.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return Outcome(
+            fault_class.name,
+            False,
+            f"no verdict (rc {proc.returncode}): {' | '.join(tail)}",
+            "none",
+            seconds=seconds,
+            out=str(out),
+        )
+    verdict = Verdict.model_validate(json.loads(verdict_file.read_text()))
+    right, why = judge(fault_class, verdict)
+    top = verdict.findings[0] if verdict.findings else None
+    return Outcome(
+        fault_class.name,
+        right,
+        why,
+        verdict.status,
+        named=sorted({r for f in verdict.findings if f.kind in CULPRIT_KINDS for r in f.ranks}),
+        top=f"{top.kind} · {top.category} · {top.ranks} · {top.function}" if top else "",
+        seconds=seconds,
+        out=str(out),
+    )
 
 
 def run_class(
@@ -186,23 +248,4 @@ def run_class(
     finally:
         done.set()
         stop_file.touch()
-    seconds = time.monotonic() - started
-    if not verdict_file.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return Outcome(
-            fault_class.name, False, f"no verdict (rc {proc.returncode}): {' | '.join(tail)}",
-            "none", seconds=seconds, out=str(out),
-        )
-    verdict = Verdict.model_validate(json.loads(verdict_file.read_text()))
-    right, why = judge(fault_class, verdict)
-    top = verdict.findings[0] if verdict.findings else None
-    return Outcome(
-        fault_class.name,
-        right,
-        why,
-        verdict.status,
-        named=sorted({r for f in verdict.findings if f.kind in CULPRIT_KINDS for r in f.ranks}),
-        top=f"{top.kind} · {top.category} · {top.ranks} · {top.function}" if top else "",
-        seconds=seconds,
-        out=str(out),
-    )
+    return _judged(fault_class, verdict_file, proc, time.monotonic() - started, out)

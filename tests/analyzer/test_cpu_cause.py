@@ -1,0 +1,97 @@
+"""Why a rank is slow, from its process's CPU accounting against its peers' (analyzer/cpu_cause.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfdiag.analyzer.cpu_cause import RankCpu, explain_excess, held_back, host_note
+
+PEERS = np.arange(4)
+STEP = 40.0
+MATERIAL = 0.05 * STEP
+
+
+def cpu(**changes: list[float]) -> RankCpu:
+    """Four ranks alike (8 ms on a CPU, 1 ms waiting for one, 2 ms of other threads per step),
+    with `changes` per field."""
+    base = {
+        "on_cpu": [8.0, 8.1, 7.9, 8.0],
+        "cpu_wait": [1.0, 1.1, 0.9, 1.0],
+        "other_threads": [2.0, 2.2, 1.9, 2.1],
+        "throttled": [0.0, 0.0, 0.0, 0.0],
+        "off_cpu": [0.2, 0.1, 0.3, 0.2],
+        "threads": [6.0, 6.0, 6.0, 6.0],
+        "quota_cores": [np.nan] * 4,
+    }
+    base.update(changes)
+    return RankCpu(
+        **{k: np.array(v, dtype=float) for k, v in base.items()},
+        host_runnable=3.0,
+        host_cores=4,
+    )
+
+
+def test_extra_computation_is_work() -> None:
+    cause = explain_excess(cpu(on_cpu=[8.0, 8.1, 20.0, 8.0]), 2, PEERS, 12.0, MATERIAL)
+    assert cause.kind == "work"
+    assert cause.evidence["on_cpu_ms_per_step"] == {"rank": 20.0, "peers_median": 8.0}
+
+
+def test_sleeping_in_user_code_is_blocked_not_work() -> None:
+    cause = explain_excess(cpu(off_cpu=[0.2, 0.1, 20.3, 0.2]), 2, PEERS, 20.0, MATERIAL)
+    assert cause.kind == "blocked"
+    assert "off-CPU" in cause.sentence and "not computing" in cause.sentence
+
+
+def test_a_busy_background_thread_is_threads() -> None:
+    cause = explain_excess(
+        cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2]),
+        2,
+        PEERS,
+        9,
+        MATERIAL,
+    )
+    assert cause.kind == "threads"
+
+
+def test_other_threads_noise_of_a_few_ms_names_nothing() -> None:
+    # gloo's and the profiler's threads differ by ~2 ms between healthy ranks.
+    cause = explain_excess(cpu(other_threads=[2.0, 2.2, 4.0, 2.1]), 2, PEERS, 3.0, MATERIAL)
+    assert cause.kind == "contended"
+
+
+def test_excess_that_is_only_waiting_for_a_cpu_is_contended() -> None:
+    cause = explain_excess(cpu(cpu_wait=[1.0, 1.1, 9.0, 1.0]), 2, PEERS, 8.0, MATERIAL)
+    assert cause.kind == "contended"
+    assert "not named" in cause.sentence
+
+
+def test_a_cpu_quota_holds_the_rank_back() -> None:
+    held = held_back(
+        cpu(throttled=[0.0, 0.0, 30.0, 0.0], cpu_wait=[1.0, 1.1, 31.0, 1.0]), 2, PEERS, MATERIAL
+    )
+    assert held is not None and held.kind == "throttled"
+    assert held.excess_ms == pytest.approx(30.0)
+
+
+def test_waiting_for_a_cpu_alone_while_the_peers_get_one_is_starved() -> None:
+    held = held_back(cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1]), 2, PEERS, MATERIAL)
+    assert held is not None and held.kind == "starved"
+
+
+def test_waiting_for_a_cpu_where_every_rank_waits_is_chance() -> None:
+    # Peers run only ~60% of their runnable time: an oversubscribed host.
+    busy = cpu(cpu_wait=[5.0, 5.5, 14.0, 5.2])
+    assert held_back(busy, 2, PEERS, MATERIAL) is None
+
+
+def test_the_host_note_says_runnable_threads_and_cores() -> None:
+    loaded = RankCpu(
+        **{k: v for k, v in cpu().__dict__.items() if k not in ("host_runnable", "host_cores")},
+        host_runnable=7.5,
+        host_cores=2,
+    )
+    note = host_note(loaded)
+    assert note is not None and "7.5 runnable threads on 2 cores" in note
+    assert host_note(cpu()) is None

@@ -1,0 +1,72 @@
+"""The user's own frame behind a builtin or a library frame (analyzer/user_frame.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from perfdiag.analyzer.user_frame import is_user_frame, user_frame
+
+MS = 1_000_000
+
+
+def events(rows: list[tuple[str, int, int]], tid: int = 7) -> pa.Table:
+    """(name, start ms, duration ms) Python frames on one host thread."""
+    return pa.table(
+        {
+            "name": [r[0] for r in rows],
+            "ts_ns": pa.array([r[1] * MS for r in rows], pa.int64()),
+            "dur_ns": pa.array([r[2] * MS for r in rows], pa.int64()),
+            "tid": pa.array([tid] * len(rows), pa.int64()),
+            "device": pa.array([None] * len(rows), pa.int32()),
+        }
+    )
+
+
+def test_user_frames_are_the_users_files_only() -> None:
+    assert is_user_frame("train.py(60): tokenize")
+    assert is_user_frame("src/model/blocks.py(12): forward")
+    assert not is_user_frame("<built-in function sleep>")
+    assert not is_user_frame("torch/utils/data/_utils/fetch.py(54): <listcomp>")
+    assert not is_user_frame("typing.py(359): inner")
+    assert not is_user_frame("<frozen abc>(117): __instancecheck__")
+
+
+def test_a_builtin_is_named_by_the_user_function_that_calls_it() -> None:
+    trace = events(
+        [
+            ("train.py(300): main", 0, 100),
+            ("train.py(40): flush_metrics", 10, 22),
+            ("<built-in function sleep>", 11, 20),
+            ("train.py(40): flush_metrics", 50, 22),
+            ("<built-in function sleep>", 51, 20),
+        ]
+    )
+    assert user_frame(trace, "<built-in function sleep>") == "train.py(40): flush_metrics"
+
+
+def test_a_library_frame_is_named_by_the_user_code_inside_it_that_holds_its_time() -> None:
+    fetch = "torch/utils/data/_utils/fetch.py(54): <listcomp>"
+    trace = events(
+        [
+            ("train.py(300): main", 0, 100),
+            (fetch, 10, 30),
+            ("train.py(90): __getitem__", 11, 13),
+            ("train.py(99): decode_record", 12, 11),
+            ("train.py(90): __getitem__", 25, 13),
+            ("train.py(99): decode_record", 26, 11),
+        ]
+    )
+    assert user_frame(trace, fetch) == "train.py(99): decode_record"
+    # Waiting in a library function: its caller is only the training loop, which says nothing.
+    waiting = events([("train.py(300): main", 0, 100), (fetch, 10, 30)])
+    assert user_frame(waiting, fetch, enclosing=False) is None
+
+
+def test_frames_of_another_thread_do_not_enclose() -> None:
+    trace = pa.concat_tables(
+        [
+            events([("train.py(40): flush_metrics", 10, 22)], tid=8),
+            events([("<built-in function sleep>", 11, 20)], tid=7),
+        ]
+    )
+    assert user_frame(trace, "<built-in function sleep>") is None
