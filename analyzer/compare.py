@@ -25,10 +25,11 @@ MIN_STEPS_FOR_PERSISTENCE = 3
 """With fewer steps persistence cannot be judged; window-level outliers stand (and say so)."""
 ABSOLUTE_FLOOR_FRACTION = 0.01
 """Smallest σ assumed, as a fraction of the step: 1% of a step is never 'significant' alone."""
-EFFECT_SIZE_FACTOR = 1.5
-"""An excess of this many times the materiality threshold that persists across the window's
-steps is outlying whatever the dispersion across ranks: with 3 ranks at 1×, 1.5× and 3×, the
-MAD of two peers is too wide for any z, yet the excess shows in every step."""
+EFFECT_SIZE_RATIO = 1.15
+"""A material excess at this ratio to the peers that persists across the window's steps is
+outlying whatever the dispersion across ranks: with 3 ranks at 1×, 1.5× and 3×, two peers give
+no usable MAD, yet the excess shows in every step. (A suspect must also compute or block
+longer than its peers, analyzer/cpu_cause.py: waiting for a CPU never names a rank.)"""
 RECURRING_SHARE = 0.2
 """A statistically outlying, material excess that shows in at least this share of the steps
 (and in two of them) recurs: a stall every third step costs as much per step as a steady one."""
@@ -87,13 +88,9 @@ def compare_peers(
         excess_fraction = excess / step[:, None]
         z = excess / scale
         ratio = np.where(ref > 0, features.ms / ref, np.where(features.ms > 0, np.inf, 1.0))
-    statistical = z >= thresholds.min_robust_z
-    large = excess_fraction >= EFFECT_SIZE_FACTOR * thresholds.min_excess_fraction
-    candidate = (
-        (excess_fraction >= thresholds.min_excess_fraction)
-        & (statistical | large)
-        & (ratio >= thresholds.min_ratio)
-    )
+    statistical = (z >= thresholds.min_robust_z) & (ratio >= thresholds.min_ratio)
+    large = ratio >= EFFECT_SIZE_RATIO
+    candidate = (excess_fraction >= thresholds.min_excess_fraction) & (statistical | large)
     candidate &= ~np.isnan(ref)
     intermittent = np.zeros_like(candidate)
 
@@ -131,6 +128,8 @@ def compare_peers(
         steps_outlying[positions] = np.where(sub_candidate & judged, counts, -1)
         steps_valid[positions] = n_valid
         outlying[positions] = sub_candidate & (persistent | recurring)
+        # By effect size alone, only an excess in most steps (consistency stands in for z).
+        outlying[positions] &= statistical[positions] | (persistent & judged)
         intermittent[positions] = sub_candidate & recurring
     return Deviations(
         ref=ref,

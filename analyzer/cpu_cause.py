@@ -39,6 +39,8 @@ class RankCpu:
     on_cpu: NDArray[np.float64]
     cpu_wait: NDArray[np.float64]
     other_threads: NDArray[np.float64]
+    process_wait: NDArray[np.float64]
+    """All of the process's threads' run-queue wait."""
     throttled: NDArray[np.float64]
     off_cpu: NDArray[np.float64]
     """Training thread neither running nor runnable, outside communication."""
@@ -71,7 +73,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
     if not usages or any(u is None for u in usages):
         return None
     n = len(usages)
-    on_cpu, wait, other, throttled, threads, quota = (np.full(n, np.nan) for _ in range(6))
+    on_cpu, wait, other, throttled, threads, quota, pwait = (np.full(n, np.nan) for _ in range(7))
     runnable: list[float] = []
     cores: list[int] = []
     for i, usage in enumerate(usages):
@@ -79,6 +81,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         on_cpu[i] = _mean(usage.main_run_ms)
         wait[i] = _mean(usage.main_wait_ms)
         other[i] = _mean(usage.process_cpu_ms) - on_cpu[i]
+        pwait[i] = _mean(usage.process_wait_ms)
         throttled[i] = _mean(usage.throttled_ms) if usage.throttled_ms is not None else 0.0
         threads[i] = usage.threads if usage.threads is not None else np.nan
         quota[i] = usage.cpu_quota_cores if usage.cpu_quota_cores is not None else np.nan
@@ -91,6 +94,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         on_cpu=on_cpu,
         cpu_wait=wait,
         other_threads=np.maximum(other, 0.0),
+        process_wait=pwait,
         throttled=throttled,
         off_cpu=np.maximum(non_wait - on_cpu, 0.0),
         threads=threads,

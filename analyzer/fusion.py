@@ -182,6 +182,7 @@ def fuse(
     anomalies: list[ResourceAnomaly],
     cpu: CpuWait | None = None,
     host: RankCpu | None = None,
+    excluded: np.ndarray | None = None,
 ) -> Fusion:
     """`host`: the ranks' CPU accounting, when every rank has it (else `cpu`, the older
     per-function run share, judges contention)."""
@@ -205,6 +206,12 @@ def fuse(
         np.where(outlying_work & categories[None, :], np.maximum(dev.excess_ms, 0), 0).sum(1),
     )
     material_work = work_excess >= thresholds.min_excess_fraction * step
+    reference = np.ones(len(features.ranks), dtype=bool) if excluded is None else ~excluded
+    if host is not None:
+        # Waiting more in communication marks a victim, unless the rank also computes
+        # materially longer than its peers (a second culprit waits for the first).
+        works_more = host.on_cpu - _group_median(host.on_cpu, groups, reference)
+        waits_more &= ~(works_more >= thresholds.min_excess_fraction * features.mean_step_ms)
     suspects = np.flatnonzero(
         ((material & (dev.outlying[:, nw] | outlying_work.any(axis=1))) | material_work)
         & ~waits_more
@@ -216,6 +223,8 @@ def fuse(
         if worker is None:
             continue
         peers = groups.members(worker.group)
+        if reference[peers].sum() > 1:
+            peers = peers[reference[peers] | (peers == i)]
         material_ms = thresholds.min_excess_fraction * worker.step_ms
         if host is not None:
             cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
@@ -249,14 +258,54 @@ def fuse(
                 continue
             peers = groups.members(int(groups.labels[i]))
             material_ms = thresholds.min_excess_fraction * float(step[i])
-            cause = held_back(host, i, peers, material_ms)
-            if cause is not None:
-                result.slow.append(_held_back_worker(features, dev, groups, i, cause))
+            held = held_back(host, i, peers, material_ms)
+            if held is not None:
+                result.slow.append(_held_back_worker(features, dev, groups, i, held))
     slow_positions = {w.position for w in result.slow}
     for worker in result.slow:
         worker.victims = _victims(features, groups, worker, slow_positions)
     result.communication = communication_outliers(features, dev, thresholds, result, by_rank)
+    if host is not None and host.oversubscribed:
+        result.communication = _without_contended_communication(
+            result.communication, features, groups, host, result.contended_notes
+        )
     return result
+
+
+def _without_contended_communication(
+    outliers: list[CommOutlier],
+    features: Features,
+    groups: PeerGroups,
+    host: RankCpu,
+    notes: list[str],
+) -> list[CommOutlier]:
+    """On an oversubscribed host a collective's threads wait for a CPU like any other: extra
+    communication time that the rank's threads spent on the run queue is not a slower link."""
+    kept = []
+    for outlier in outliers:
+        i = int(np.searchsorted(features.ranks, outlier.rank))
+        peers = groups.members(int(groups.labels[i]))
+        peers = peers[peers != i]
+        extra_wait = float(host.process_wait[i] - np.nanmedian(host.process_wait[peers]))
+        if np.isfinite(extra_wait) and extra_wait >= 0.5 * outlier.unexplained_ms:
+            notes.append(
+                f"rank {outlier.rank}: {outlier.unexplained_ms:.1f} ms/step more in "
+                f"communication than its peers, and its threads waited {extra_wait:.1f} ms/step "
+                "longer for a CPU on an oversubscribed host: not a slower link; not named"
+            )
+            continue
+        kept.append(outlier)
+    return kept
+
+
+def _group_median(values: np.ndarray, groups: PeerGroups, reference: np.ndarray) -> np.ndarray:
+    """(R,) each rank's group median of `values` over the reference ranks."""
+    out = np.full(len(values), np.nan)
+    for group in range(len(groups.names)):
+        members = groups.members(group)
+        pool = members[reference[members]] if reference[members].any() else members
+        out[members] = np.nanmedian(values[pool]) if len(pool) else np.nan
+    return out
 
 
 def _with_cause(worker: SlowWorker, cause: CpuCause) -> None:
@@ -345,6 +394,10 @@ def _slow_worker(
     category_rows = [_contributor(features, dev, i, int(k)) for k in shown]
     if not contributors:
         contributors = [c for c in category_rows if c.outlying][:TOP_CONTRIBUTORS]
+    if not contributors and dev.outlying[i, nw]:
+        # The total is outlying, spread over functions none of which is alone: the categories
+        # holding the excess are its contributors.
+        contributors = [c for c in category_rows if c.excess_ms > 0][:TOP_CONTRIBUTORS]
     if not contributors:
         return None
     root_k = (

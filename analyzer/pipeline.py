@@ -217,7 +217,7 @@ def _culprits(
             break
         excluded = named
         again = compare_peers(summary, features, groups, limits, excluded)
-        refused = fuse(features, again, groups, limits, anomalies, cpu, host)
+        refused = fuse(features, again, groups, limits, anomalies, cpu, host, excluded)
         if not {w.position for w in fusion.slow} <= {w.position for w in refused.slow}:
             break  # a culprit would be lost: keep the round that named it
         deviations, fusion = again, refused

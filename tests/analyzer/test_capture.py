@@ -36,7 +36,7 @@ def test_analyze_a_local_capture_folder_by_path(local_storage: LocalStorage) -> 
     assert Verdict.model_validate_json(text) == verdict
     data = json.loads(text)
     assert data["schema"] == "perfdiag.verdict/v1"
-    assert set(data) == {"schema", "status", "summary", "window", "workers", "findings"}
+    assert set(data) == {"schema", "status", "summary", "window", "workers", "findings", "notes"}
     assert set(data["window"]["step_time_ms"]["per_rank"]) == {"0", "1", "2", "3"}
     assert data["window"]["start_step"] == 6 and data["window"]["steps"] == 10
     assert local_storage.exists(layout.REPORT)

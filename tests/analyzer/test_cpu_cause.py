@@ -19,6 +19,7 @@ def cpu(**changes: list[float]) -> RankCpu:
         "on_cpu": [8.0, 8.1, 7.9, 8.0],
         "cpu_wait": [1.0, 1.1, 0.9, 1.0],
         "other_threads": [2.0, 2.2, 1.9, 2.1],
+        "process_wait": [3.0, 3.2, 2.9, 3.1],
         "throttled": [0.0, 0.0, 0.0, 0.0],
         "off_cpu": [0.2, 0.1, 0.3, 0.2],
         "threads": [6.0, 6.0, 6.0, 6.0],
