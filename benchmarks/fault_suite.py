@@ -80,8 +80,9 @@ def main() -> int:
     if args.reanalyze:
         for load in loads:
             for fault_class in chosen:
-                for capture in sorted((root / load).glob(f"{fault_class.name}-[0-9]*")):
-                    if not capture.is_dir():
+                for capture in sorted((root / load).glob(f"{fault_class.name}-*")):
+                    suffix = capture.name[len(fault_class.name) + 1 :]
+                    if not capture.is_dir() or not suffix.isdigit():
                         continue
                     outcome = reanalyze(fault_class, capture)
                     results.setdefault(f"{fault_class.name}\t{load}", []).append(outcome)
