@@ -9,7 +9,7 @@ Compared with its peers (deltas of medians, ms per step), this says why a rank i
 | --- | --- | --- |
 | work | the training thread computes longer | the contributors' (python, cpu_op…) |
 | blocked | the training thread is off-CPU longer outside communication | the contributors' |
-| threads | the process's other threads use more CPU (a busy background thread, more intra-op threads) | host |
+| threads | the process's other threads use more CPU (a busy background thread, more intra-op threads), or they do and the training thread waits for a CPU longer | host |
 | throttled | the cgroup's CPU quota held the process back | host |
 | starved | the rank waits for a CPU while its peers get one (a noisy neighbour, fewer cores) | host |
 | contended | only run-queue wait, on a host where every rank waits: chance, no rank is named | – |
@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfdiag.analyzer.features import Features
+from perfdiag.analyzer.host_usage import outside_communication
 from perfdiag.schema import WorkerMeta
 
 HEALTHY_RUN_SHARE = 0.9
@@ -79,7 +80,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
     for i, usage in enumerate(usages):
         assert usage is not None
         on_cpu[i] = _mean(usage.main_run_ms)
-        wait[i] = _mean(usage.main_wait_ms)
+        wait[i] = _mean(outside_communication(usage))
         other[i] = _mean(usage.process_cpu_ms) - on_cpu[i]
         pwait[i] = _mean(usage.process_wait_ms)
         throttled[i] = _mean(usage.throttled_ms) if usage.throttled_ms is not None else 0.0
@@ -221,6 +222,18 @@ def held_back(
             f"{_peer_median(cpu.throttled, peers):.1f}); it ran "
             f"{_pct(cpu.run_share[i])} of its runnable time, its peers "
             f"{_pct(_peer_median(cpu.run_share, peers))}",
+        )
+    d_other = _delta(cpu.other_threads, i, peers)
+    if d_wait >= material_ms and d_other >= 2 * material_ms:
+        threads = cpu.threads[i]
+        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        return CpuCause(
+            "threads",
+            d_wait,
+            evidence,
+            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'{count}, "
+            f"and its training thread waited {d_wait:.1f} ms/step longer for a CPU: its own "
+            "threads take the cores it needs",
         )
     peers_share = _peer_median(cpu.run_share, peers)
     if d_wait >= material_ms and np.isfinite(peers_share) and peers_share >= HEALTHY_RUN_SHARE:

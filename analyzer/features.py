@@ -80,6 +80,9 @@ class Features:
     """Features that are time spent in or waiting for communication."""
     ms: NDArray[np.float64]
     """(R, K) mean ms per step of each feature on each rank (0 where absent)."""
+    non_wait_wall_ms: NDArray[np.float64] | None = None
+    """(R,) the non-wait feature before the run-queue wait was taken out (wall time: what the
+    peers of a rank that waits in communication are doing meanwhile)."""
     cpu_wait: NDArray[np.float64] | None = None
     """(R, S) ms each step the training thread waited for a CPU (run queue), when every rank
     has host samples: taken out of the non-wait feature, which is then the rank's own time
@@ -169,6 +172,7 @@ def build_features(
     np.add.at(ms, (pos[in_category], n_fun + cat_codes[in_category]), row_ms[in_category])
     np.add.at(ms[:, -2], pos[waiting_row], row_ms[waiting_row])
     np.add.at(ms[:, -1], pos[~waiting_row], row_ms[~waiting_row])
+    wall = ms[:, -1].copy()
     if cpu_wait is not None:
         ms[:, -1] = np.maximum(ms[:, -1] - np.nanmean(cpu_wait, axis=1), 0.0)
 
@@ -197,6 +201,7 @@ def build_features(
         level=level,
         waiting=np.array(waiting, dtype=bool),
         ms=ms,
+        non_wait_wall_ms=wall,
         cpu_wait=cpu_wait,
     )
 

@@ -111,6 +111,8 @@ class SlowWorker:
         """The function the finding names: the user's frame where known."""
         if self.user_function is not None:
             return self.user_function
+        if self.cpu is not None and self.cpu.kind in ("threads", "throttled", "starved"):
+            return None  # the host or other threads: no function of the training thread
         return self.top.function if self.top else None
 
     @property
@@ -264,7 +266,9 @@ def fuse(
     slow_positions = {w.position for w in result.slow}
     for worker in result.slow:
         worker.victims = _victims(features, groups, worker, slow_positions)
-    result.communication = communication_outliers(features, dev, thresholds, result, by_rank)
+    result.communication = communication_outliers(
+        features, groups, dev, thresholds, result, by_rank
+    )
     if host is not None and host.oversubscribed:
         result.communication = _without_contended_communication(
             result.communication, features, groups, host, result.contended_notes
@@ -475,6 +479,7 @@ def _victims(
 
 def communication_outliers(
     features: Features,
+    groups: PeerGroups,
     dev: Deviations,
     thresholds: Thresholds,
     fusion: Fusion,
@@ -495,6 +500,14 @@ def communication_outliers(
         if rank in explained_by_culprit or any(w.position == i for w in fusion.slow):
             continue
         peers_work_more = max(0.0, -float(dev.excess_ms[i, nw]))
+        if features.cpu_wait is not None and features.non_wait_wall_ms is not None:
+            # The peers' wall time outside communication, run-queue wait included: while a
+            # peer waits for a CPU, this rank waits for that peer in the collective.
+            wall = features.non_wait_wall_ms
+            peers = groups.members(int(groups.labels[i]))
+            peers = peers[peers != i]
+            if len(peers):
+                peers_work_more = max(peers_work_more, float(np.median(wall[peers]) - wall[i]))
         unexplained = float(dev.excess_ms[i, comm]) - peers_work_more
         step = float(features.mean_step_ms[i])
         if unexplained < thresholds.min_excess_fraction * step:

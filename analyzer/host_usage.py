@@ -1,9 +1,14 @@
 """A worker's CPU use per window step, from its hardware samples (`HostUsage` in its metadata).
 
-The agent calls `host_usage(samples, meta)` when it writes a worker's summary. Counters (ns of
-CPU, of run-queue wait, of cgroup throttling) are read at a few ms to 20 ms; their value at a
+The agent calls `host_usage(samples, meta, events)` when it writes a worker's summary. Counters
+(ns of CPU, of run-queue wait, of cgroup throttling) are read at 1 ms to 20 ms; their value at a
 step boundary is interpolated linearly between the samples around it, so that each step gets
 its own share even when a step is shorter than the sampling period.
+
+The training thread's run-queue wait is also split: the part that falls while a collective is in
+flight (a communication event on any thread, or the training thread blocked in a collective's
+`wait`) belongs to communication. On a busy host a thread woken when its collective completes
+waits for a CPU before it runs again; that wait is not time outside communication.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from perfdiag.analyzer.features import COLLECTIVE_WAIT_PREFIXES, COMMUNICATION
 from perfdiag.schema import HostUsage, WorkerMeta
 
 
@@ -51,8 +57,60 @@ def _gauge(
     return values[(ts >= span[0]) & (ts <= span[1])]
 
 
-def host_usage(samples: pa.Table, meta: WorkerMeta) -> HostUsage | None:
-    """The worker's CPU use per step; None without its training thread's schedstat samples."""
+def _communication_intervals(events: pa.Table) -> NDArray[np.int64]:
+    """(n, 2) merged [start, end) ns of the host's communication in flight: communication
+    events on any host thread and the Python frames blocked in a collective's wait."""
+    host = pc.is_null(events.column("device"))
+    waiting = pc.equal(events.column("category"), COMMUNICATION)
+    for prefix in COLLECTIVE_WAIT_PREFIXES:
+        waiting = pc.or_(waiting, pc.starts_with(events.column("name"), prefix))
+    rows = events.filter(pc.and_(host, pc.fill_null(waiting, False)))
+    if rows.num_rows == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    start = rows.column("ts_ns").to_numpy().astype(np.int64)
+    end = start + rows.column("dur_ns").to_numpy().astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    # A new merged interval begins where a start lies beyond every earlier end.
+    begins = np.r_[True, start[1:] > end[:-1]]
+    group = np.cumsum(begins) - 1
+    merged_end = np.zeros(int(group[-1]) + 1, dtype=np.int64)
+    np.maximum.at(merged_end, group, end)
+    return np.stack([start[begins], merged_end], axis=1)
+
+
+def _within_per_step(
+    samples: pa.Table,
+    metric: str,
+    device: str,
+    bounds: NDArray[np.int64],
+    intervals: NDArray[np.int64],
+) -> list[float] | None:
+    """The counter's increase inside `intervals`, per step, ms."""
+    ts, values = _series(samples, metric, device)
+    if len(ts) < 2:
+        return None
+    out = np.zeros(len(bounds))
+    if len(intervals):
+        # Each interval clipped to each step it overlaps (a handful of intervals per step).
+        step_of_start = np.searchsorted(bounds[:, 1], intervals[:, 0], side="right")
+        step_of_end = np.searchsorted(bounds[:, 0], intervals[:, 1], side="left") - 1
+        for k in range(len(bounds)):
+            hit = (step_of_start <= k) & (step_of_end >= k)
+            if not hit.any():
+                continue
+            a = np.maximum(intervals[hit, 0], bounds[k, 0])
+            b = np.minimum(intervals[hit, 1], bounds[k, 1])
+            keep = b > a
+            out[k] = float(np.sum(np.interp(b[keep], ts, values) - np.interp(a[keep], ts, values)))
+    return [round(float(v), 4) for v in np.maximum(out, 0.0) / 1e6]
+
+
+def host_usage(
+    samples: pa.Table, meta: WorkerMeta, events: pa.Table | None = None
+) -> HostUsage | None:
+    """The worker's CPU use per step; None without its training thread's schedstat samples.
+    `events`: the window's events, to split the training thread's run-queue wait."""
     bounds = np.asarray(meta.window.step_bounds_ns, dtype=np.int64).reshape(-1, 2)
     if samples.num_rows == 0 or not len(bounds):
         return None
@@ -65,9 +123,17 @@ def host_usage(samples: pa.Table, meta: WorkerMeta) -> HostUsage | None:
     threads = _gauge(samples, "process_threads", device, span)
     quota = _gauge(samples, "cgroup_cpu_quota_cores", device, (0, span[1]))
     runnable = _gauge(samples, "procs_running", "host", span)
+    in_communication = (
+        _within_per_step(
+            samples, "cpu_runqueue_wait_ns", device, bounds, _communication_intervals(events)
+        )
+        if events is not None and events.num_rows
+        else None
+    )
     return HostUsage(
         main_run_ms=main_run,
         main_wait_ms=main_wait,
+        main_wait_communication_ms=in_communication,
         process_cpu_ms=_per_step_ms(samples, "process_cpu_run_ns", device, bounds),
         process_wait_ms=_per_step_ms(samples, "process_runqueue_wait_ns", device, bounds),
         threads=int(threads.max()) if len(threads) else None,
@@ -91,6 +157,16 @@ def cpu_wait_matrix(
         usage = metas[rank].host_usage
         if usage is None:
             return None
-        values = usage.main_wait_ms[:width]
+        values = np.asarray(outside_communication(usage)[:width])
         out[i, : len(values)] = values
     return out
+
+
+def outside_communication(usage: HostUsage) -> list[float]:
+    """The training thread's run-queue wait per step outside communication, ms."""
+    if usage.main_wait_communication_ms is None:
+        return usage.main_wait_ms
+    return [
+        max(0.0, total - inside)
+        for total, inside in zip(usage.main_wait_ms, usage.main_wait_communication_ms, strict=True)
+    ]

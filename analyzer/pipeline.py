@@ -37,12 +37,13 @@ from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
 from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.analyzer.throttle import HardwareReader, with_throttle_reasons
-from perfdiag.analyzer.user_frame import EventsReader, is_user_frame, user_frame
+from perfdiag.analyzer.user_frame import EventsReader, excess_frame, is_user_frame, user_frame
 from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
 from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.verdict import Verdict
 from perfdiag.parquet_io import table_from_bytes
+from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, StorageError, layout, open_storage
 
 Progress = Callable[[str], None]
@@ -117,7 +118,7 @@ def analyze_capture(
     capture.notes.extend(c.describe() for c in fusion.contended)
     capture.notes.extend(fusion.contended_notes)
     if read_events is not None:
-        _name_user_frames(fusion, read_events, capture.notes)
+        _name_user_frames(fusion, features, groups, capture.metas, read_events, capture.notes)
     note = host_note(host) if host is not None else None
     if note is not None:
         capture.notes.insert(0, note)
@@ -171,27 +172,54 @@ def analyze_capture(
 
 
 MAX_CULPRIT_ROUNDS = 4
-USER_FRAME_CATEGORIES = frozenset({"python", "dataloader", "gc"})
-"""Categories whose finding names the user's frame; an op (cpu_op) keeps its own name."""
-
-
+USER_FRAME_CATEGORIES = frozenset({"python", "dataloader", "gc", "cpu_op"})
 LIBRARY_PREFIX = "torch/"
 
 
-def _name_user_frames(fusion: Fusion, read_events: EventsReader, notes: list[str]) -> None:
-    """The user's frame behind each culprit's top contributor (analyzer/user_frame.py)."""
+def _name_user_frames(
+    fusion: Fusion,
+    features: Features,
+    groups: PeerGroups,
+    metas: dict[int, WorkerMeta],
+    read_events: EventsReader,
+    notes: list[str],
+) -> None:
+    """The user's frame behind each culprit's excess (analyzer/user_frame.py): the frame whose
+    inclusive time exceeds a typical peer's by most of the excess, else, for a Python
+    contributor that is not the user's code, the frame inside or around it."""
+    named = {w.position for w in fusion.slow}
+    nw = features.non_wait_index
     for worker in fusion.slow:
         top = worker.top
-        if top is None or top.function is None or top.category not in USER_FRAME_CATEGORIES:
-            continue
-        if is_user_frame(top.function):
+        if top is None or top.category not in USER_FRAME_CATEGORIES | {"host"}:
             continue
         events = read_events(worker.rank)
         if events is None:
             continue
+        peers = [int(p) for p in groups.members(worker.group).tolist() if p not in named]
         try:
-            enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
-            worker.user_function = user_frame(events, top.function, enclosing=enclosing)
+            if peers:
+                # A typical peer: the median one by time outside communication.
+                peer = peers[int(np.argsort(features.ms[peers, nw])[len(peers) // 2])]
+                peer_rank = int(features.ranks[peer])
+                peer_events = read_events(peer_rank)
+                if peer_events is not None:
+                    worker.user_function = excess_frame(
+                        events,
+                        metas[worker.rank].window.steps,
+                        peer_events,
+                        metas[peer_rank].window.steps,
+                        worker.excess_ms,
+                        worker.step_ms,
+                    )
+            if (
+                worker.user_function is None
+                and top.function is not None
+                and top.category in ("python", "dataloader", "gc")
+                and not is_user_frame(top.function)
+            ):
+                enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
+                worker.user_function = user_frame(events, top.function, enclosing=enclosing)
         except (pa.ArrowException, KeyError, ValueError) as exc:
             notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
 

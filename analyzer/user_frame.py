@@ -1,12 +1,15 @@
-"""The user's own function behind a culprit's top contributor, from the rank's raw events.
+"""The user's own function behind a culprit's excess, from the raw events of the culprit and
+of a typical peer (events.parquet; only those ranks are read).
 
 The largest contributor of a slow rank is often not code the user wrote: a builtin
 (`<built-in function sleep>`), a torch internal (`torch/utils/data/_utils/fetch.py(54):
-<listcomp>`, which holds a slow `Dataset.__getitem__`), an aten op. The frame to name is the
-user's: the innermost frame of the user's code *inside* the contributor that holds most of
-its time (the slow `__getitem__` → its `decode_record`), else the innermost user frame that
-*encloses* it (the `flush_metrics()` that calls `sleep`). Frames are Python function events of
-the same thread, nested by time. Only the culprits' ranks are read (events.parquet).
+<listcomp>`, which holds a slow `Dataset.__getitem__`), an op (`aten::mm`). `excess_frame`
+names the user frame that holds the excess: the innermost user frame (least inclusive time)
+whose inclusive time per step exceeds the peer's by at least half of the rank's excess, short
+of the training loop itself (`flush_metrics` around the `sleep`, `decode_record` inside the
+`__getitem__`, `extra_compute` around the matrix products). When no frame does, `user_frame`
+looks at the contributor alone: the user frame inside it that holds most of its time, else the
+innermost user frame that calls it. Frames are Python function events, nested by time.
 """
 
 from __future__ import annotations
@@ -102,3 +105,55 @@ def user_frame(events: pa.Table, function: str, *, enclosing: bool = True) -> st
     votes = np.zeros(len(distinct))
     np.add.at(votes, frame_codes[innermost], weights)
     return str(distinct[int(np.argmax(votes))])
+
+
+LOOP_SHARE = 0.8
+"""A frame that spans more than this share of the step is the training loop, not a cause."""
+
+
+def _inclusive_ms_per_step(events: pa.Table, steps: int) -> dict[str, float]:
+    """Inclusive time of each user frame per analysed step, ms (window steps only)."""
+    rows = events.filter(
+        pc.and_(pc.is_null(events.column("device")), pc.greater_equal(events.column("step"), 0))
+    )
+    if rows.num_rows == 0:
+        return {}
+    encoded = pc.dictionary_encode(rows.column("name")).combine_chunks()
+    distinct = encoded.dictionary.to_pylist()
+    user = np.array([isinstance(n, str) and is_user_frame(n) for n in distinct], dtype=bool)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    keep = user[codes]
+    total = np.zeros(len(distinct))
+    np.add.at(total, codes[keep], rows.column("dur_ns").to_numpy()[keep] / 1e6)
+    return {str(distinct[k]): float(total[k]) / max(steps, 1) for k in np.flatnonzero(total)}
+
+
+def _anonymous(name: str) -> bool:
+    """A comprehension, generator expression or lambda: part of the function around it."""
+    match = FRAME.match(name)
+    return match is not None and match.group("name").startswith("<")
+
+
+def excess_frame(
+    own: pa.Table,
+    own_steps: int,
+    peer: pa.Table,
+    peer_steps: int,
+    excess_ms: float,
+    step_ms: float,
+) -> str | None:
+    """The user's frame that holds a rank's excess: the innermost (least inclusive time) user
+    frame whose inclusive time per step exceeds a typical peer's by at least HOLDS of the
+    excess, short of the training loop itself; None when no frame does."""
+    if excess_ms <= 0:
+        return None
+    mine = _inclusive_ms_per_step(own, own_steps)
+    theirs = _inclusive_ms_per_step(peer, peer_steps)
+    holding = [
+        (ms, name)
+        for name, ms in mine.items()
+        if ms - theirs.get(name, 0.0) >= HOLDS * excess_ms
+        and ms <= LOOP_SHARE * step_ms
+        and not _anonymous(name)
+    ]
+    return min(holding)[1] if holding else None

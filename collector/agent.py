@@ -102,7 +102,7 @@ def process_window(
                 samples = hardware_table(kept, meta)
                 if samples.num_rows:  # none when sampling began after the window (a restart)
                     summary = with_resources(summary, events, samples)
-                    usage = host_usage(samples, meta)
+                    usage = host_usage(samples, meta, events)
                     if usage is not None:
                         meta = meta.model_copy(update={"host_usage": usage})
                         summary = summary.replace_schema_metadata(

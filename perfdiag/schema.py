@@ -190,6 +190,11 @@ class HostUsage(BaseModel):
     main_wait_ms: list[float] = Field(
         description="Training thread runnable but not running (run queue, cgroup throttle)."
     )
+    main_wait_communication_ms: list[float] | None = Field(
+        default=None,
+        description="The part of main_wait_ms while a collective was in flight (woken from a "
+        "collective, waiting to run again): communication time, not the rank's own.",
+    )
     process_cpu_ms: list[float] | None = Field(
         default=None, description="All of the process's threads on a CPU, per step."
     )

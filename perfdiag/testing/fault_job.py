@@ -22,7 +22,8 @@ DataLoader. It knows nothing about perfdiag; `benchmarks/fault_suite.py` runs it
                    Kubernetes CPU limit does); needs root and a writable cpu cgroup
   checkpoint       the fault ranks save a checkpoint every 4 steps
   logging          the fault ranks format and write a large metrics record every 3 steps
-  threads          the fault ranks run torch with 4 intra-op threads (the others 1)
+  threads          the fault ranks run torch with 4 intra-op threads (the others 1) and a
+                   background preprocessing thread of native torch work (the GIL released)
   memory           the fault ranks allocate and touch a fresh 64 MB buffer each step
   uneven           every rank's batch holds a different amount of work each step (uneven
                    sequence lengths): no single outlier, a spread
@@ -148,7 +149,7 @@ def write_metrics_record(path: Path, step: int) -> None:
 
 
 def save_checkpoint(model: nn.Module, path: Path) -> None:
-    state = {k: v.repeat(8, 1) if v.dim() == 2 else v for k, v in model.state_dict().items()}
+    state = {k: v.repeat(32, 1) if v.dim() == 2 else v for k, v in model.state_dict().items()}
     torch.save(state, path)
     with path.open("rb") as handle:
         os.fsync(handle.fileno())
@@ -168,6 +169,13 @@ def metrics_exporter(stop: threading.Event) -> None:
     while not stop.is_set():
         for i in range(20000):  # no calls inside: the profiler records no event per iteration
             counter = (counter * 31 + i) % 1000003
+
+
+def preprocess_ahead(stop: threading.Event) -> None:
+    """A background thread preparing inputs with native torch work (the GIL is released)."""
+    a = torch.ones(BASE_MATRIX, BASE_MATRIX)
+    while not stop.is_set():
+        a = torch.tanh(a @ a) * 0.5
 
 
 def hold_to_cpu_quota(fraction: float) -> str:
@@ -248,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     stop_thread = threading.Event()
     if faulty and args.fault == "gil-thread":
         threading.Thread(target=metrics_exporter, args=(stop_thread,), daemon=True).start()
+    if faulty and args.fault == "threads":
+        threading.Thread(target=preprocess_ahead, args=(stop_thread,), daemon=True).start()
     scratch = Path(tempfile.mkdtemp(prefix=f"fault-job-{rank}-"))
     if rank == 0:
         print(f"fault job: {args.fault} on ranks {fault_ranks}, {world} ranks", flush=True)
@@ -262,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.fault == "noisy-steps":
                 repeats = step_random.choice((3, 6, 9, 12))
             if args.fault == "uneven":
-                repeats = rank_random.choice((3, 6, 12, 24))
+                repeats = rank_random.choice((3, 12, 24, 48))
             augment(BASE_MATRIX, round(repeats * work_scale))
             if faulty:
                 if args.fault in ("python-hotspot",) or (args.fault == "mixed" and index == 0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from perfdiag.analyzer.user_frame import is_user_frame, user_frame
+from perfdiag.analyzer.user_frame import excess_frame, is_user_frame, user_frame
 
 MS = 1_000_000
 
@@ -70,3 +70,28 @@ def test_frames_of_another_thread_do_not_enclose() -> None:
         ]
     )
     assert user_frame(trace, "<built-in function sleep>") is None
+
+
+def windowed(rows: list[tuple[str, int, int]]) -> pa.Table:
+    table = events(rows)
+    return table.append_column("step", pa.array([0] * table.num_rows, pa.int32()))
+
+
+def test_the_frame_named_is_the_innermost_user_frame_holding_the_excess() -> None:
+    # 2 steps; the culprit spends 20 ms/step in flush_metrics (in sleep), its peer none.
+    culprit = windowed(
+        [
+            ("train.py(300): main", 0, 100),
+            ("train.py(300): main", 100, 100),
+            ("train.py(40): flush_metrics", 10, 20),
+            ("<built-in function sleep>", 10, 20),
+            ("train.py(40): flush_metrics", 110, 20),
+            ("<built-in function sleep>", 110, 20),
+            ("train.py(50): <listcomp>", 40, 1),
+        ]
+    )
+    peer = windowed([("train.py(300): main", 0, 80), ("train.py(300): main", 100, 80)])
+    name = excess_frame(culprit, 2, peer, 2, excess_ms=20.0, step_ms=100.0)
+    assert name == "train.py(40): flush_metrics"  # not main (the loop), not the builtin
+    # An excess no user frame holds names none.
+    assert excess_frame(peer, 2, peer, 2, excess_ms=20.0, step_ms=100.0) is None
