@@ -145,3 +145,31 @@ def resource_anomalies(
                 )
             )
     return found
+
+
+HOST_WIDE_RESOURCES = frozenset({"net_bytes_per_s"})
+"""Resources read from the host, not the rank: NIC byte counters (/proc/net/dev)."""
+
+
+def without_shared_host_resources(
+    anomalies: list[ResourceAnomaly], hosts: dict[int, str | None]
+) -> tuple[list[ResourceAnomaly], list[str]]:
+    """The anomalies less those of a host-wide resource on a host that runs several ranks: a
+    NIC every rank of the host shares (and bytes that are not the job's) cannot single out one
+    of them. Each dropped one leaves a note."""
+    per_host: dict[str, int] = {}
+    for host in hosts.values():
+        if host is not None:
+            per_host[host] = per_host.get(host, 0) + 1
+    kept, notes = [], []
+    for anomaly in anomalies:
+        host = hosts.get(anomaly.rank)
+        if anomaly.resource in HOST_WIDE_RESOURCES and (host is None or per_host[host] > 1):
+            where = f"host {host}" if host else "an unnamed host"
+            notes.append(
+                f"rank {anomaly.rank}: {anomaly.describe()} in {anomaly.function}, but {where} "
+                "runs several ranks that share its NIC counters: not attributed to the rank"
+            )
+            continue
+        kept.append(anomaly)
+    return kept, notes

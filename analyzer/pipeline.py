@@ -29,7 +29,11 @@ from perfdiag.analyzer.findings import (
     slow_worker_findings,
 )
 from perfdiag.analyzer.fusion import Fusion, fuse
-from perfdiag.analyzer.hardware import ResourceAnomaly, resource_anomalies
+from perfdiag.analyzer.hardware import (
+    ResourceAnomaly,
+    resource_anomalies,
+    without_shared_host_resources,
+)
 from perfdiag.analyzer.host_usage import cpu_wait_matrix
 from perfdiag.analyzer.imbalance import imbalance_findings
 from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
@@ -111,6 +115,10 @@ def analyze_capture(
         resource_anomalies(capture.summary, features, groups, limits), cpu, features, groups
     )
     capture.notes.extend(chance)
+    anomalies, shared = without_shared_host_resources(
+        anomalies, {rank: meta.host for rank, meta in capture.metas.items()}
+    )
+    capture.notes.extend(shared)
     speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
     deviations, fusion = _culprits(
         capture.summary, features, groups, limits, anomalies + speed, cpu, host

@@ -96,3 +96,27 @@ def test_the_host_note_says_runnable_threads_and_cores() -> None:
     note = host_note(loaded)
     assert note is not None and "7.5 runnable threads on 2 cores" in note
     assert host_note(cpu()) is None
+
+
+def test_a_nic_shared_by_the_ranks_of_a_host_names_none_of_them() -> None:
+    from perfdiag.analyzer.hardware import ResourceAnomaly, without_shared_host_resources
+
+    def network(rank: int) -> ResourceAnomaly:
+        return ResourceAnomaly(
+            rank=rank,
+            function="gloo:all_reduce",
+            category="communication",
+            resource="net_bytes_per_s",
+            hardware_category="network",
+            mu=60.0,
+            peers_mu=100.0,
+            sigma=None,
+            peers_sigma=None,
+            deviation=-0.4,
+            unstable=False,
+        )
+
+    shared, notes = without_shared_host_resources([network(0)], {0: "a", 1: "a"})
+    assert shared == [] and "share its NIC counters" in notes[0]
+    own, notes = without_shared_host_resources([network(0)], {0: "a", 1: "b"})
+    assert own == [network(0)] and notes == []
