@@ -290,12 +290,22 @@ def _without_contended_communication(
         i = int(np.searchsorted(features.ranks, outlier.rank))
         peers = groups.members(int(groups.labels[i]))
         peers = peers[peers != i]
-        extra_wait = float(host.process_wait[i] - np.nanmedian(host.process_wait[peers]))
+        typical_wait = float(np.nanmedian(host.process_wait[peers]))
+        extra_wait = float(host.process_wait[i]) - typical_wait
         if np.isfinite(extra_wait) and extra_wait >= 0.5 * outlier.unexplained_ms:
             notes.append(
                 f"rank {outlier.rank}: {outlier.unexplained_ms:.1f} ms/step more in "
                 f"communication than its peers, and its threads waited {extra_wait:.1f} ms/step "
                 "longer for a CPU on an oversubscribed host: not a slower link; not named"
+            )
+            continue
+        if np.isfinite(typical_wait) and outlier.unexplained_ms <= typical_wait:
+            # Each collective ends when the last rank's threads get a CPU: a difference smaller
+            # than what every rank's threads wait for one per step is the host, not a link.
+            notes.append(
+                f"rank {outlier.rank}: {outlier.unexplained_ms:.1f} ms/step more in "
+                f"communication than its peers, less than the {typical_wait:.1f} ms/step each "
+                "rank's threads wait for a CPU on this oversubscribed host: not named"
             )
             continue
         kept.append(outlier)
