@@ -25,10 +25,11 @@ MIN_STEPS_FOR_PERSISTENCE = 3
 """With fewer steps persistence cannot be judged; window-level outliers stand (and say so)."""
 ABSOLUTE_FLOOR_FRACTION = 0.01
 """Smallest σ assumed, as a fraction of the step: 1% of a step is never 'significant' alone."""
-EFFECT_SIZE_RATIO = 1.15
+EFFECT_SIZE_RATIO = 1.2
 """A material excess at this ratio to the peers that persists across the window's steps is
 outlying whatever the dispersion across ranks: with 3 ranks at 1×, 1.5× and 3×, two peers give
-no usable MAD, yet the excess shows in every step. (A suspect must also compute or block
+no usable MAD, yet the excess shows in every step. Healthy ranks of one host differ by up to
+~15% in own time (placement, caches). (A suspect must also compute or block
 longer than its peers, analyzer/cpu_cause.py: waiting for a CPU never names a rank.)"""
 RECURRING_SHARE = 0.2
 """A statistically outlying, material excess that shows in at least this share of the steps

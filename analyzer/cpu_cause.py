@@ -28,6 +28,9 @@ from perfdiag.analyzer.features import Features
 from perfdiag.analyzer.host_usage import outside_communication
 from perfdiag.schema import WorkerMeta
 
+BUSY_THREADS_FACTOR = 4.0
+"""Other threads' extra CPU, in materiality thresholds, that makes them a cause: gloo's and the
+profiler's threads differ by a few ms per step between healthy ranks."""
 HEALTHY_RUN_SHARE = 0.9
 """Peers that run ≥ this share of their runnable time get a CPU: the host is not oversubscribed."""
 CauseKind = Literal["work", "blocked", "threads", "throttled", "starved", "contended"]
@@ -160,9 +163,7 @@ def explain_excess(
     d_off = _delta(cpu.off_cpu, i, peers)
     d_other = _delta(cpu.other_threads, i, peers)
     evidence = _evidence(cpu, i, peers)
-    # Other threads' CPU (gloo's, the profiler's) differs by a few ms between healthy ranks:
-    # it counts only when it is large.
-    busy_threads = d_other >= 2 * material_ms
+    busy_threads = d_other >= BUSY_THREADS_FACTOR * material_ms
     own = max(d_run, 0.0) + max(d_off, 0.0) + (d_other if busy_threads else 0.0)
     if own < 0.5 * material_ms:
         return CpuCause(
@@ -224,7 +225,7 @@ def held_back(
             f"{_pct(_peer_median(cpu.run_share, peers))}",
         )
     d_other = _delta(cpu.other_threads, i, peers)
-    if d_wait >= material_ms and d_other >= 2 * material_ms:
+    if d_wait >= material_ms and d_other >= BUSY_THREADS_FACTOR * material_ms:
         threads = cpu.threads[i]
         count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
         return CpuCause(
