@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ def _c(*names: str) -> frozenset[str]:
 
 CLASSES: tuple[FaultClass, ...] = (
     FaultClass("healthy", "healthy", 4, fast=True),
-    FaultClass("healthy-2", "healthy", 2),
+    FaultClass("healthy-pair", "healthy", 2),
     FaultClass("noisy-steps", "noisy-steps", 4),
     FaultClass("python-hotspot", "python-hotspot", 4, (2,), _c("python"), "tokenize", fast=True),
     FaultClass("two-python", "python-hotspot", 4, (1, 3), _c("python"), "tokenize"),
@@ -198,11 +199,20 @@ def run_class(
 ) -> Outcome:
     """One run of one class through `perfdiag run`, as a user types it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    stop_file = out.with_name(out.name + ".stop")
-    stop_file.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="perfdiag-fault-") as scratch:
+        stop_file = Path(scratch) / "stop"
+        return _run(fault_class, out, stop_file, perfdiag, timeout_s, capture_steps)
+
+
+def _run(
+    fault_class: FaultClass,
+    out: Path,
+    stop_file: Path,
+    perfdiag: str | None,
+    timeout_s: float,
+    capture_steps: int,
+) -> Outcome:
     fault_ranks = ",".join(map(str, fault_class.culprits))
-    if fault_class.fault in ("uneven", "noisy-steps"):
-        fault_ranks = ""
     argv = [
         perfdiag or str(Path(sys.executable).with_name("perfdiag")),
         "run",
@@ -230,20 +240,19 @@ def run_class(
     done = threading.Event()
 
     def stop_when_verdict() -> None:
+        # The job trains until the verdict is out, however fast or loaded the host is.
         while not done.wait(0.2):
             if verdict_file.exists():
                 stop_file.touch()
                 return
 
-    watcher = threading.Thread(target=stop_when_verdict, daemon=True)
-    watcher.start()
+    threading.Thread(target=stop_when_verdict, daemon=True).start()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s + 60, env=env, check=False
         )
     except subprocess.TimeoutExpired:
-        done.set()
         return Outcome(fault_class.name, False, "perfdiag run timed out", "timeout", out=str(out))
     finally:
         done.set()
