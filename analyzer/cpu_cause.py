@@ -50,6 +50,8 @@ class RankCpu:
     """Training thread neither running nor runnable, outside communication."""
     threads: NDArray[np.float64]
     quota_cores: NDArray[np.float64]
+    host_load: NDArray[np.float64]
+    """(R,) runnable threads per core on each rank's host (> 1: oversubscribed)."""
     host_runnable: float | None
     host_cores: int | None
 
@@ -77,7 +79,9 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
     if not usages or any(u is None for u in usages):
         return None
     n = len(usages)
-    on_cpu, wait, other, throttled, threads, quota, pwait = (np.full(n, np.nan) for _ in range(7))
+    on_cpu, wait, other, throttled, threads, quota, pwait, load = (
+        np.full(n, np.nan) for _ in range(8)
+    )
     runnable: list[float] = []
     cores: list[int] = []
     for i, usage in enumerate(usages):
@@ -89,6 +93,8 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         throttled[i] = _mean(usage.throttled_ms) if usage.throttled_ms is not None else 0.0
         threads[i] = usage.threads if usage.threads is not None else np.nan
         quota[i] = usage.cpu_quota_cores if usage.cpu_quota_cores is not None else np.nan
+        if usage.host_runnable is not None and usage.host_cores:
+            load[i] = usage.host_runnable / usage.host_cores
         if usage.host_runnable is not None:
             runnable.append(usage.host_runnable)
         if usage.host_cores:
@@ -103,6 +109,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         off_cpu=np.maximum(non_wait - on_cpu, 0.0),
         threads=threads,
         quota_cores=quota,
+        host_load=load,
         host_runnable=float(np.median(runnable)) if runnable else None,
         host_cores=int(np.median(cores)) if cores else None,
     )
@@ -165,7 +172,9 @@ def explain_excess(
     evidence = _evidence(cpu, i, peers)
     busy_threads = d_other >= BUSY_THREADS_FACTOR * material_ms
     own = max(d_run, 0.0) + max(d_off, 0.0) + (d_other if busy_threads else 0.0)
-    if own < 0.5 * material_ms:
+    # The CPU accounting must back the excess: what a function's time holds beyond what the
+    # rank computed or blocked is run-queue wait, which names no rank.
+    if own < 0.5 * material_ms or own < 0.5 * excess_ms:
         return CpuCause(
             "contended",
             excess_ms,
@@ -237,7 +246,15 @@ def held_back(
             "threads take the cores it needs",
         )
     peers_share = _peer_median(cpu.run_share, peers)
-    if d_wait >= material_ms and np.isfinite(peers_share) and peers_share >= HEALTHY_RUN_SHARE:
+    # Starved by its host: the rank's host has more runnable threads than cores while its peers'
+    # hosts do not. On a host the rank shares with its peers, which of them waits is chance.
+    own_host_busy = bool(cpu.host_load[i] > 1.0) and not _peer_median(cpu.host_load, peers) > 1.0
+    if (
+        d_wait >= material_ms
+        and own_host_busy
+        and np.isfinite(peers_share)
+        and peers_share >= HEALTHY_RUN_SHARE
+    ):
         return CpuCause(
             "starved",
             d_wait,

@@ -24,6 +24,7 @@ def cpu(**changes: list[float]) -> RankCpu:
         "off_cpu": [0.2, 0.1, 0.3, 0.2],
         "threads": [6.0, 6.0, 6.0, 6.0],
         "quota_cores": [np.nan] * 4,
+        "host_load": [0.5] * 4,
     }
     base.update(changes)
     return RankCpu(
@@ -76,9 +77,13 @@ def test_a_cpu_quota_holds_the_rank_back() -> None:
     assert held.excess_ms == pytest.approx(30.0)
 
 
-def test_waiting_for_a_cpu_alone_while_the_peers_get_one_is_starved() -> None:
-    held = held_back(cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1]), 2, PEERS, MATERIAL)
+def test_waiting_for_a_cpu_on_its_own_busy_host_while_the_peers_get_one_is_starved() -> None:
+    starved = cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1], host_load=[0.5, 0.5, 1.5, 0.5])
+    held = held_back(starved, 2, PEERS, MATERIAL)
     assert held is not None and held.kind == "starved"
+    # The same wait on the host the peers share: chance, not the rank.
+    shared = cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1], host_load=[1.5] * 4)
+    assert held_back(shared, 2, PEERS, MATERIAL) is None
 
 
 def test_waiting_for_a_cpu_where_every_rank_waits_is_chance() -> None:
