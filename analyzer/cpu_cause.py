@@ -170,11 +170,19 @@ def explain_excess(
     d_off = _delta(cpu.off_cpu, i, peers)
     d_other = _delta(cpu.other_threads, i, peers)
     evidence = _evidence(cpu, i, peers)
+    held = held_back(cpu, i, peers, material_ms)
+    if held is not None and held.kind == "throttled":
+        return CpuCause("throttled", excess_ms, held.evidence, held.sentence)
     busy_threads = d_other >= BUSY_THREADS_FACTOR * material_ms
-    own = max(d_run, 0.0) + max(d_off, 0.0) + (d_other if busy_threads else 0.0)
     # The CPU accounting must back the excess: what a function's time holds beyond what the
-    # rank computed or blocked is run-queue wait, which names no rank.
-    if own < 0.5 * material_ms or own < 0.5 * excess_ms:
+    # rank computed or blocked is run-queue wait, which names no rank. Extra computation on a
+    # busy host brings its own share of waiting (1 / run share), which is the rank's doing;
+    # off-CPU time is derived (step less the rest), so only a material amount of it counts.
+    share = float(cpu.run_share[i])
+    dilation = 1.0 / min(max(share, 0.25), 1.0) if np.isfinite(share) else 1.0
+    blocked = d_off if d_off >= material_ms else 0.0
+    own = max(d_run, 0.0) * dilation + blocked + (d_other if busy_threads else 0.0)
+    if own < material_ms or own < 0.5 * excess_ms:
         return CpuCause(
             "contended",
             excess_ms,
@@ -234,7 +242,7 @@ def held_back(
             f"{_pct(_peer_median(cpu.run_share, peers))}",
         )
     d_other = _delta(cpu.other_threads, i, peers)
-    if d_wait >= material_ms and d_other >= BUSY_THREADS_FACTOR * material_ms:
+    if d_other >= BUSY_THREADS_FACTOR * material_ms and d_wait >= material_ms:
         threads = cpu.threads[i]
         count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
         return CpuCause(

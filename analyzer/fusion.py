@@ -35,6 +35,9 @@ TOP_CONTRIBUTORS = 5
 VICTIM_SHARE = 0.5
 """A peer is a victim when it waits at least this share of the culprit's excess longer."""
 UNATTRIBUTED = "time outside any profiled operation"
+AUTOGRAD = "<built-in method run_backward of "
+"""The autograd engine's entry: DDP's reducer waits inside it for the gradient all-reduce, so
+time a rank is blocked (off-CPU) there is waiting for communication, not its own."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,14 @@ def fuse(
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
+            top = worker.top
+            if cause.kind == "blocked" and top and (top.function or "").startswith(AUTOGRAD):
+                result.contended_notes.append(
+                    f"rank {worker.rank}: blocked {worker.excess_ms:.1f} ms/step longer than its "
+                    f"peers inside {top.function}: data parallelism waits for its gradient "
+                    "all-reduce there (a victim's wait, not the rank's work); not named"
+                )
+                continue
             _with_cause(worker, cause)
         else:
             contended = (
@@ -324,7 +335,7 @@ def _group_median(values: np.ndarray, groups: PeerGroups, reference: np.ndarray)
 
 def _with_cause(worker: SlowWorker, cause: CpuCause) -> None:
     worker.cpu = cause
-    if cause.kind == "threads":
+    if cause.kind in ("threads", "throttled", "starved"):
         worker.root_category = "host"
         worker.root_basis = cause.sentence
     elif cause.kind == "blocked":

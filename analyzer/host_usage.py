@@ -130,8 +130,12 @@ def host_usage(
         if events is not None and events.num_rows
         else None
     )
+    stamps, _ = _series(samples, "cpu_run_ns", device)
+    stamps = stamps[(stamps >= span[0]) & (stamps <= span[1])]
+    gap = float(np.percentile(np.diff(stamps), 95)) / 1e6 if len(stamps) > 2 else None
     return HostUsage(
         main_run_ms=main_run,
+        sample_gap_p95_ms=round(gap, 3) if gap is not None else None,
         main_wait_ms=main_wait,
         main_wait_communication_ms=in_communication,
         process_cpu_ms=_per_step_ms(samples, "process_cpu_run_ns", device, bounds),

@@ -3,7 +3,7 @@ different steps (uneven sequence or video lengths: EROICA's case), so that no ra
 outlier over the window while every step waits for that step's slowest rank.
 
 Per step and peer group, from each rank's training-thread CPU time (`HostUsage.main_run_ms`;
-run-queue wait is not work): the job loses the slowest rank's time over the median rank's. An
+run-queue wait is not work), when the samples are fine enough to tell steps apart: the job loses the slowest rank's time over the median rank's. An
 `imbalance` finding is reported when that loss averages at least `MIN_LOSS` of the step, the
 spread shows in most steps, and no single rank is the slowest in most of them (that rank would
 be a slow worker, judged elsewhere).
@@ -32,13 +32,22 @@ MAX_RANKS = 4096
 """Above this many ranks in a group, the ranks compared are the group's slowest by window."""
 
 
+MAX_SAMPLE_GAP = 0.25
+"""Per-step CPU times are judged only when the sampler's gaps (95th percentile) stay below this
+share of the step: on a busy host the sampler waits for a CPU too, and a value interpolated
+across a gap as long as a step says nothing about that step."""
+
+
 def _work_per_step(
-    metas: dict[int, WorkerMeta], ranks: np.ndarray, width: int
+    metas: dict[int, WorkerMeta], ranks: np.ndarray, width: int, step_ms: float
 ) -> np.ndarray | None:
     out = np.full((len(ranks), width), np.nan)
     for i, rank in enumerate(ranks.tolist()):
         usage = metas[int(rank)].host_usage
         if usage is None:
+            return None
+        gap = usage.sample_gap_p95_ms  # absent in captures that predate it: judged
+        if gap is not None and gap > MAX_SAMPLE_GAP * step_ms:
             return None
         values = usage.main_run_ms[:width]
         out[i, : len(values)] = values
@@ -49,7 +58,8 @@ def imbalance_findings(
     metas: dict[int, WorkerMeta], features: Features, groups: PeerGroups, fusion: Fusion
 ) -> list[Reported]:
     width = features.steps.durations_ms.shape[1]
-    work = _work_per_step(metas, features.ranks, width)
+    step_ms = float(np.nanmedian(features.steps.durations_ms)) if features.ranks.size else 0.0
+    work = _work_per_step(metas, features.ranks, width, step_ms)
     if work is None:
         return []
     named = {w.position for w in fusion.slow}

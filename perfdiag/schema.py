@@ -201,6 +201,11 @@ class HostUsage(BaseModel):
     process_wait_ms: list[float] | None = Field(
         default=None, description="All threads' run-queue wait, per step."
     )
+    sample_gap_p95_ms: float | None = Field(
+        default=None,
+        description="95th percentile of the gaps between the training thread's samples: per-step "
+        "values are only as fine as this (a busy host delays the sampler too).",
+    )
     threads: int | None = Field(default=None, description="Most threads the process had.")
     throttled_ms: list[float] | None = Field(
         default=None, description="Time the process's cgroup was throttled by its CPU quota."
