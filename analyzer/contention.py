@@ -17,7 +17,6 @@ that is a noisy neighbour and analyzer/hardware.py attributes it to the host (`h
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from perfdiag.analyzer.cpu_cause import peer_median
 from perfdiag.analyzer.features import Features, waiting_rows
 from perfdiag.analyzer.hardware import HEALTHY_PEER_FLOOR, ResourceAnomaly
 from perfdiag.analyzer.peers import PeerGroups
@@ -91,11 +91,7 @@ def cpu_wait(summary: pa.Table, features: Features) -> CpuWait | None:
 
 
 def _peers_run_share(cpu: CpuWait, peers: NDArray[np.int64]) -> float:
-    if not len(peers):
-        return float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # peers without samples: all-NaN
-        return float(np.nanmedian(cpu.run_share[peers]))
+    return peer_median(cpu.run_share, peers)
 
 
 def _oversubscribed(peers_share: float) -> bool:

@@ -25,13 +25,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfdiag.analyzer.features import Features
+from perfdiag.analyzer.hardware import HEALTHY_PEER_FLOOR
 from perfdiag.analyzer.host_usage import outside_communication
 from perfdiag.schema import WorkerMeta
 
 BUSY_THREADS_FACTOR = 4.0
 """Other threads' extra CPU, in materiality thresholds, that makes them a cause: gloo's and the
 profiler's threads differ by a few ms per step between healthy ranks."""
-HEALTHY_RUN_SHARE = 0.9
+HEALTHY_RUN_SHARE = HEALTHY_PEER_FLOOR["cpu_run_fraction"]
 """Peers that run ≥ this share of their runnable time get a CPU: the host is not oversubscribed."""
 CauseKind = Literal["work", "blocked", "threads", "throttled", "starved", "contended"]
 
@@ -115,7 +116,8 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
     )
 
 
-def _peer_median(values: NDArray[np.float64], peers: NDArray[np.int64]) -> float:
+def peer_median(values: NDArray[np.float64], peers: NDArray[np.int64]) -> float:
+    """The peers' median, ignoring peers without a value (NaN when none has one)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(np.nanmedian(values[peers])) if len(peers) else float("nan")
@@ -133,7 +135,7 @@ class CpuCause:
 
 def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
     def pair(values: NDArray[np.float64]) -> dict[str, float | None]:
-        own, ref = float(values[i]), _peer_median(values, peers)
+        own, ref = float(values[i]), peer_median(values, peers)
         return {
             "rank": round(own, 3) if np.isfinite(own) else None,
             "peers_median": round(ref, 3) if np.isfinite(ref) else None,
@@ -157,7 +159,7 @@ def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
 
 
 def _delta(values: NDArray[np.float64], i: int, peers: NDArray[np.int64]) -> float:
-    d = float(values[i]) - _peer_median(values, peers)
+    d = float(values[i]) - peer_median(values, peers)
     return d if np.isfinite(d) else 0.0
 
 
@@ -237,9 +239,9 @@ def held_back(
             max(d_throttled, d_wait),
             evidence,
             f"its CPU quota{limit} throttled it {cpu.throttled[i]:.1f} ms/step (peers "
-            f"{_peer_median(cpu.throttled, peers):.1f}); it ran "
+            f"{peer_median(cpu.throttled, peers):.1f}); it ran "
             f"{_pct(cpu.run_share[i])} of its runnable time, its peers "
-            f"{_pct(_peer_median(cpu.run_share, peers))}",
+            f"{_pct(peer_median(cpu.run_share, peers))}",
         )
     d_other = _delta(cpu.other_threads, i, peers)
     if d_other >= BUSY_THREADS_FACTOR * material_ms and d_wait >= material_ms:
@@ -253,10 +255,10 @@ def held_back(
             f"and its training thread waited {d_wait:.1f} ms/step longer for a CPU: its own "
             "threads take the cores it needs",
         )
-    peers_share = _peer_median(cpu.run_share, peers)
+    peers_share = peer_median(cpu.run_share, peers)
     # Starved by its host: the rank's host has more runnable threads than cores while its peers'
     # hosts do not. On a host the rank shares with its peers, which of them waits is chance.
-    own_host_busy = bool(cpu.host_load[i] > 1.0) and not _peer_median(cpu.host_load, peers) > 1.0
+    own_host_busy = bool(cpu.host_load[i] > 1.0) and not peer_median(cpu.host_load, peers) > 1.0
     if (
         d_wait >= material_ms
         and own_host_busy
