@@ -70,8 +70,17 @@ class RankCpu:
         )
 
 
+EDGE_STEPS_FROM = 5
+"""With at least this many steps, the window's first and last are left out of the means: the
+profiler starts just before the first and each rank exports its trace just after the last, and
+a sample interpolated across that edge carries perfdiag's own CPU into the job's step."""
+
+
 def _mean(values: list[float] | None) -> float:
-    return float(np.mean(values)) if values else float("nan")
+    if not values:
+        return float("nan")
+    inner = values[1:-1] if len(values) >= EDGE_STEPS_FROM else values
+    return float(np.mean(inner))
 
 
 def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None:
