@@ -104,9 +104,11 @@ def without_chance_cpu_anomalies(
     cpu: CpuWait | None,
     features: Features,
     groups: PeerGroups,
+    host_load: NDArray[np.float64] | None = None,
 ) -> tuple[list[ResourceAnomaly], list[str]]:
-    """The anomalies less the `cpu_run_fraction` ones of ranks whose peers wait for a CPU too
-    (one function's share differing on an oversubscribed host is chance), with a note each."""
+    """The anomalies less the `cpu_run_fraction` ones of ranks whose peers wait for a CPU too,
+    or whose host has more runnable threads than cores (`host_load`, per rank): one function's
+    share differing on an oversubscribed host is chance. A note each."""
     if cpu is None:
         return anomalies, []
     kept: list[ResourceAnomaly] = []
@@ -116,7 +118,8 @@ def without_chance_cpu_anomalies(
             position = int(np.searchsorted(features.ranks, anomaly.rank))
             peers = groups.members(int(groups.labels[position]))
             share = _peers_run_share(cpu, peers[peers != position])
-            if _oversubscribed(share):
+            busy = host_load is not None and bool(host_load[position] > 1.0)
+            if _oversubscribed(share) or busy:
                 dropped.setdefault(anomaly.rank, ([], share))[0].append(anomaly)
                 continue
         kept.append(anomaly)
@@ -125,9 +128,9 @@ def without_chance_cpu_anomalies(
         worst = min(chance, key=lambda a: a.deviation)
         more = f" and {len(chance) - 1} other function(s)" if len(chance) > 1 else ""
         notes.append(
-            f"rank {rank}: {worst.describe()} in {worst.function}{more}, but its peers too get "
-            f"a CPU only {share:.0%} of the time they are runnable (an oversubscribed host): "
-            "not attributed to the hardware"
+            f"rank {rank}: {worst.describe()} in {worst.function}{more}, but it runs on an "
+            f"oversubscribed host (its peers get a CPU {share:.0%} of the time they are "
+            "runnable): not attributed to the hardware"
         )
     return kept, notes
 

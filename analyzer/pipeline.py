@@ -112,7 +112,11 @@ def analyze_capture(
     host = rank_cpu(capture.metas, features)
     cpu = cpu_wait(capture.summary, features)
     anomalies, chance = without_chance_cpu_anomalies(
-        resource_anomalies(capture.summary, features, groups, limits), cpu, features, groups
+        resource_anomalies(capture.summary, features, groups, limits),
+        cpu,
+        features,
+        groups,
+        host.host_load if host is not None else None,
     )
     capture.notes.extend(chance)
     anomalies, shared = without_shared_host_resources(
