@@ -216,6 +216,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--base-repeats", type=int, default=6, help="matrix products every rank does per step"
     )
+    parser.add_argument(
+        "--extra-repeats",
+        type=int,
+        default=8,
+        help="compute, mixed, slow-node: matrix products only the fault ranks add per step",
+    )
     parser.add_argument("--stop-file", default=None)
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--batch-size", type=int, default=128)
@@ -278,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
                 if args.fault in ("python-hotspot",) or (args.fault == "mixed" and index == 0):
                     tokenize(batch, 90)
                 if args.fault in ("compute", "slow-node") or (args.fault == "mixed" and index):
-                    extra_compute(BASE_MATRIX, 8)
+                    extra_compute(BASE_MATRIX, args.extra_repeats)
                 if args.fault == "intermittent" and step % 3 == 0:
                     tokenize(batch, 270)
                 if args.fault == "sleep":

@@ -57,7 +57,15 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("python-hotspot", "python-hotspot", 4, (2,), _c("python"), "tokenize", fast=True),
     FaultClass("two-python", "python-hotspot", 4, (1, 3), _c("python"), "tokenize"),
     FaultClass("mixed-causes", "mixed", 4, (1, 3), _c("python", "cpu_op")),
-    FaultClass("compute", "compute", 4, (2,), _c("cpu_op"), fast=True),
+    FaultClass(
+        "compute",
+        "compute",
+        4,
+        (2,),
+        _c("cpu_op"),
+        job_args=("--extra-repeats", "24"),
+        fast=True,
+    ),
     FaultClass(
         "graded-3",
         "graded",
