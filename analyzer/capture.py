@@ -17,6 +17,7 @@ from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.worker_files import empty_summary, normalize_summary, read_worker_files
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.plan import Plan
+from perfdiag.api.trigger import Slowdown
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, StorageNotFound, layout
@@ -39,6 +40,7 @@ class Capture:
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
     """Rank → torch Flight Recorder pickle (flight_recorder.pkl), when the hook dumped one."""
     plan: Plan | None = None
+    trigger: Slowdown | None = None
     notes: list[str] = field(default_factory=list)
     unreadable: dict[int, str] = field(default_factory=dict)
     """Ranks whose summary exists but cannot be read → why (they count as missing)."""
@@ -88,6 +90,7 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
         stacks=files.stacks,
         flight_recorders=files.flight_recorders,
         plan=plan,
+        trigger=_read_trigger(storage),
         notes=files.notes,
         unreadable=files.unreadable,
         hardware_keys={
@@ -96,6 +99,17 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
             if layout.HARDWARE in names
         },
     )
+
+
+def _read_trigger(storage: Storage) -> Slowdown | None:
+    try:
+        text = storage.get_text(layout.TRIGGER)
+    except StorageNotFound:
+        return None
+    try:
+        return Slowdown.model_validate_json(text)
+    except ValidationError:
+        return None  # like the plan: it labels the verdict, the capture stands without it
 
 
 def _read_plan(storage: Storage) -> Plan | None:

@@ -164,6 +164,11 @@ def analyze_capture(
         verdict = verdict.model_copy(
             update={"summary": f"{verdict.summary} {note}", "notes": [note]}
         )
+    if capture.trigger is not None:
+        fired = f"Captured on a slowdown: {capture.trigger.describe()}."
+        verdict = verdict.model_copy(
+            update={"trigger": capture.trigger, "notes": [fired, *verdict.notes]}
+        )
     return Analysis(
         capture=capture,
         thresholds=limits,
@@ -298,8 +303,22 @@ def run_analysis(
         target.put_text(layout.BREAKDOWN, breakdown.to_json())
     # verdict.json last: its presence tells readers the analysis is complete.
     target.put_text(layout.VERDICT, analysis.verdict.to_json())
-    say(f"wrote {target.uri_of(layout.VERDICT)} and {target.uri_of(layout.REPORT)}")
+    say(_wrote_line(target, breakdown=bool(capture.breakdown)))
     return analysis.verdict
+
+
+def _wrote_line(target: Storage, *, breakdown: bool) -> str:
+    """Every file of the output a user opens, the run's native log among them when it is there."""
+    files = [
+        layout.VERDICT,
+        layout.REPORT,
+        f"{layout.TIMELINE} (open it in ui.perfetto.dev)",
+        *([layout.BREAKDOWN] if breakdown else []),
+    ]
+    native_log = target.local_path(layout.NATIVE_LOG)
+    if native_log is not None and native_log.is_file():
+        files.append(f"{layout.NATIVE_LOG} (the profiler's own log lines)")
+    return f"wrote {', '.join(files[:-1])} and {files[-1]} in {target.uri}"
 
 
 def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:

@@ -117,9 +117,15 @@ def _header(analysis: Analysis) -> str:
     if analysis.capture.plan is not None:
         facts.append(("plan", escape(analysis.capture.plan.id)))
     fact_html = "".join(f"<span>{name}: <b>{value}</b></span>" for name, value in facts)
+    fired = (
+        f'<div class="trigger">Captured on a slowdown: {escape(v.trigger.describe())}</div>'
+        if v.trigger is not None
+        else ""
+    )
     return (
         f'<header class="top"><h1>perfdiag report</h1>'
         f'<span class="badge {v.status}">{escape(v.status)}</span></header>'
+        f"{fired}"
         f'<div class="summary {v.status}">{escape(v.summary)}</div>'
         f'<div class="facts">{fact_html}</div>'
     )

@@ -45,6 +45,10 @@ POLL_INTERVAL_S = 0.5  # plan file checks; heartbeats every HEARTBEAT_INTERVAL_S
 HEARTBEAT_INTERVAL_S = 1.0
 STALL_REPORT_S = 2.0  # a step older than this: the heartbeat says where the training thread is
 MAX_PLAN_BYTES = 1 << 20
+# The ends of the last STEP_RING steps are kept (written in place: no allocation that grows) so
+# that the heartbeat can say the mean step time over the last N steps, N ≤ STEP_RING - 2.
+STEP_RING = 1024
+DEFAULT_MEAN_STEPS = 50  # N until a `watch` plan names another
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 
 _log = logging.getLogger("perfdiag.hook")
@@ -128,6 +132,8 @@ class Hook:
         # Read on every step boundary (the dormant path).
         self.step_count = 0
         self.last_step_ns = 0
+        self._step_ends = [0] * STEP_RING
+        self._step_slot = 0
         self._busy = True  # something to do at the next boundary (the first one starts the thread)
         self._explicit = False
         self._leader: Optional[Any] = None  # () -> the optimizer whose steps count
@@ -148,6 +154,7 @@ class Hook:
         self._handled: Set[str] = set()
         self._logged: Set[str] = set()
         self._optimizer_handle: Optional[Any] = None
+        self._mean_steps = DEFAULT_MEAN_STEPS
 
     # --- training thread: step boundaries ---------------------------------------------------
 
@@ -167,7 +174,10 @@ class Hook:
                     return  # another optimizer of the same iteration
                 self._leader = _reference(optimizer)
             self.step_count += 1
-            self.last_step_ns = time.perf_counter_ns()
+            now = self.last_step_ns = time.perf_counter_ns()
+            slot = self._step_slot
+            self._step_ends[slot] = now
+            self._step_slot = slot + 1 if slot < STEP_RING - 1 else 0
             if self._busy:
                 self._boundary_work()
         except Exception as exc:
@@ -180,7 +190,10 @@ class Hook:
                 if self._leader is not None:
                     return  # the optimizer step of this iteration was counted already
             self.step_count += 1
-            self.last_step_ns = time.perf_counter_ns()
+            now = self.last_step_ns = time.perf_counter_ns()
+            slot = self._step_slot
+            self._step_ends[slot] = now
+            self._step_slot = slot + 1 if slot < STEP_RING - 1 else 0
             if self._busy:
                 self._boundary_work()
         except Exception as exc:
@@ -191,6 +204,9 @@ class Hook:
             self._busy = False  # a forked child that steps is not this rank
             return
         if self._thread is None and not self._disabled:
+            # A plan written before the training started (a local run) is taken now, so that
+            # a window at an early step begins there even when steps take a millisecond.
+            self._poll_plan_contained()
             self._start_thread()
         window = self._window
         if window is not None and window.boundary(self.step_count):
@@ -320,16 +336,19 @@ class Hook:
     def _run(self) -> None:
         next_beat = 0.0
         while not self._stop.is_set():
-            try:
-                self._poll_plan()
-            except Exception as exc:
-                self._log_once(f"poll:{_describe(exc)}", f"reading the plan failed: {exc}")
+            self._poll_plan_contained()
             now = time.monotonic()
             if now >= next_beat or self._wake.is_set():
                 self._wake.clear()
                 self._write_heartbeat()
                 next_beat = now + HEARTBEAT_INTERVAL_S
             self._wake.wait(self.poll_interval_s)
+
+    def _poll_plan_contained(self) -> None:
+        try:
+            self._poll_plan()
+        except Exception as exc:
+            self._log_once(f"poll:{_describe(exc)}", f"reading the plan failed: {exc}")
 
     def _poll_plan(self) -> None:
         try:
@@ -372,6 +391,9 @@ class Hook:
             return
         if plan.action == "stacks":
             self._dump_stacks(plan)
+            return
+        if plan.action == "watch":
+            self._mean_steps = min(plan.steps, STEP_RING - 2)
             return
         folder = spool.window_dir(self.spool_dir, self.rank, plan.id)
         try:
@@ -430,6 +452,18 @@ class Hook:
         except OSError as exc:
             self._log_once(f"stacks:{exc}", f"cannot write the stacks of plan {plan.id}: {exc}")
 
+    def step_times_ms(self, steps: int) -> Optional[Tuple[float, float]]:
+        """(mean, longest) duration of the last `steps` steps, in ms (daemon thread: reads the
+        ring the training thread writes; a step ending meanwhile overwrites the oldest slot)."""
+        if not 1 <= steps <= STEP_RING - 2 or self.step_count <= steps:
+            return None
+        newest = self._step_slot - 1
+        ends = [self._step_ends[(newest - steps + i) % STEP_RING] for i in range(steps + 1)]
+        if ends[0] <= 0 or ends[-1] <= ends[0]:
+            return None
+        longest = max(ends[i + 1] - ends[i] for i in range(steps))  # no pairwise on 3.9
+        return (ends[-1] - ends[0]) / steps / 1e6, longest / 1e6
+
     def _write_heartbeat(self, exited: bool = False) -> None:
         if os.getpid() != self.pid:
             return
@@ -448,6 +482,11 @@ class Hook:
                 "exited": exited,
             }
         )
+        times = self.step_times_ms(self._mean_steps)
+        if times is not None:
+            beat["mean_step_ms"] = round(times[0], 4)
+            beat["max_step_ms"] = round(times[1], 4)
+            beat["mean_steps"] = self._mean_steps
         if last_unix is not None and now - last_unix >= STALL_REPORT_S and not exited:
             # The step is late: say where the training thread is (costs nothing while the
             # training advances; the frames are read on this thread).

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 PLAN_ANNOTATION = "perfdiag.io/plan"
-ACTIONS = ("capture", "stacks")
+ACTIONS = ("capture", "stacks", "watch")
 ACTIVITIES = ("cpu", "cuda")
 MAX_CAPTURE_STEPS = 1000  # perfdiag.api.plan.MAX_CAPTURE_STEPS
 MAX_START_STEP = 10**12  # perfdiag.api.plan.MAX_START_STEP

@@ -34,6 +34,10 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+class CliInterrupted(CliError):
+    """The user stopped the run (Ctrl-C, SIGTERM): what was done is said, but it is no error."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfdiag",
@@ -54,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
         return result
+    except CliInterrupted as exc:
+        print(f"perfdiag: {exc}", file=sys.stderr)
+        return exc.exit_code
     except CliError as exc:
         print(f"perfdiag: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from perfdiag.api import Verdict
-from perfdiag.cli import CliError
+from perfdiag.cli import CliError, CliInterrupted
 from perfdiag.local.failure import training_failed_message
 from perfdiag.local.hang import EXIT_HANG, HangDetected, HangWatch, collect_stacks
 from perfdiag.local.heartbeats import read_beats
+from perfdiag.local.native_log import NativeLog
+from perfdiag.local.output import Output, native_log_for, wrap_up_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.torchrun import LaunchTarget
 from perfdiag.local.training import SignalForwarding, TrainingProcess
@@ -28,6 +30,7 @@ from perfdiag.local.window import (
     TrainingEnded,
     WindowCoordinator,
     WindowSettings,
+    fitting_window,
 )
 from perfdiag.storage import Storage, StorageError, layout
 
@@ -50,6 +53,10 @@ class LocalRun:
     multi_node: bool = False
     json_output: bool = False
     spool_dir: Path | None = None
+    # Show the profiler's native log lines instead of keeping them out of the terminal.
+    verbose: bool = False
+    # The local folder perfdiag made for the output: removed when the run captures nothing.
+    created_output: Path | None = None
 
 
 @dataclass
@@ -77,12 +84,31 @@ def run_local(
     run: LocalRun,
     storage: Storage,
     progress: Progress,
-    on_verdict: Callable[[Verdict], None],
+    on_verdict: Callable[[Verdict, str], None],
 ) -> RunResult:
     """Run the training to its end; `on_verdict` is called as soon as the verdict exists.
 
     Raises CliError with the documented exit codes when the training fails (3), ends before the
     window completes (4), or is interrupted (130/143)."""
+    native_log = None if run.verbose else native_log_for(storage)
+    # With several nodes the output is shared: another node may still write into it.
+    output = Output(storage, None if run.multi_node else run.created_output)
+    failed = True
+    try:
+        result = _launch(run, storage, progress, on_verdict, native_log)
+        failed = False
+        return result
+    finally:
+        wrap_up_output(output, native_log, progress, failed=failed)
+
+
+def _launch(
+    run: LocalRun,
+    storage: Storage,
+    progress: Progress,
+    on_verdict: Callable[[Verdict, str], None],
+    native_log: NativeLog | None,
+) -> RunResult:
     from perfdiag.collector.hookdir import materialize
 
     if run.spool_dir is not None and run.spool_dir.exists() and any(run.spool_dir.iterdir()):
@@ -93,11 +119,18 @@ def run_local(
         spool_dir.mkdir(parents=True, exist_ok=True)
         plan_path = spool_dir / "plan.json"
         env = training_env(dict(os.environ), hook_dir, spool_dir, plan_path)
+        window = WindowCoordinator(run.settings, spool_dir, plan_path, storage, progress)
+        try:
+            window.plan_at_start()
+        except StorageError as exc:
+            raise CliError(f"cannot write the capture to {storage.uri}: {exc}") from exc
         progress("starting: torchrun " + " ".join(run.torchrun_argv[3:]))
-        training = TrainingProcess(run.torchrun_argv, env, stdout_to_stderr=run.json_output)
+        training = TrainingProcess(
+            run.torchrun_argv, env, stdout_to_stderr=run.json_output, native_log=native_log
+        )
         try:
             with SignalForwarding(training) as signals:
-                return _supervise(run, storage, progress, on_verdict, training, signals, spool_dir)
+                return _supervise(run, storage, progress, on_verdict, training, signals, window)
         except StorageError as exc:
             raise CliError(f"cannot write the capture to {storage.uri}: {exc}") from exc
         finally:
@@ -108,13 +141,13 @@ def _supervise(
     run: LocalRun,
     storage: Storage,
     progress: Progress,
-    on_verdict: Callable[[Verdict], None],
+    on_verdict: Callable[[Verdict, str], None],
     training: TrainingProcess,
     signals: SignalForwarding,
-    spool_dir: Path,
+    window: WindowCoordinator,
 ) -> RunResult:
     stall = run.settings.stall
-    watch = HangWatch(spool_dir, stall) if stall is not None else None
+    watch = HangWatch(window.spool_dir, stall) if stall is not None else None
 
     def check() -> None:
         if signals.received is not None:
@@ -125,23 +158,24 @@ def _supervise(
         if watch is not None:
             watch.check()
 
-    window = WindowCoordinator(
-        run.settings, spool_dir, spool_dir / "plan.json", storage, progress, check
-    )
+    window.check = check
+    if run.settings.trigger is not None:
+        return _capture_on_slowdowns(run, storage, progress, on_verdict, training, signals, window)
     try:
-        window.wait_for_warmup()
-        window.request_capture()
+        window.wait_for_ranks()
         window.collect()
     except Interrupted:
         _stop_on_signal(training, signals, progress)
     except HangDetected as hang:
         _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
     except TrainingEnded as ended:
-        if window.state.plan is not None:
-            window.process_completed()
+        window.after_training_exit()
         if ended.code != 0:
             _partial_verdict(window, storage, progress, on_verdict)
-        raise _ended_error(ended.code, window, training) from None
+            raise _ended_error(ended.code, window, training) from None
+        if window.state.missing or not window.state.captured:
+            raise _ended_error(ended.code, window, training) from None
+        # A short job can end right after its window: every rank's window is in.
 
     if not window.state.captured:
         # Every rank's hook gave up on the window: when that is because the processes exited,
@@ -159,7 +193,25 @@ def _supervise(
     except HangDetected as hang:
         _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
     if verdict is not None:
-        on_verdict(verdict)
+        on_verdict(verdict, storage.uri)
+    _wait_for_training_end(
+        run, window, storage, progress, on_verdict, training, signals, watch, verdict is not None
+    )
+    return RunResult(verdict=verdict, training_exit=0)
+
+
+def _wait_for_training_end(
+    run: LocalRun,
+    window: WindowCoordinator,
+    storage: Storage,
+    progress: Progress,
+    on_verdict: Callable[[Verdict, str], None],
+    training: TrainingProcess,
+    signals: SignalForwarding,
+    watch: HangWatch | None,
+    had_verdict: bool,
+) -> None:
+    """After the last window: let the training finish, still diagnosing a hang."""
     progress("waiting for the training to finish (Ctrl-C stops it)…")
     while True:
         if signals.received is not None:
@@ -177,23 +229,116 @@ def _supervise(
     if code != 0:
         raise CliError(
             training_failed_message(code, training.tail.lines(), window.state.max_step_seen)
-            + ("\n(the verdict above was written before the training failed)" if verdict else ""),
+            + (
+                "\n(the verdict above was written before the training failed)"
+                if had_verdict
+                else ""
+            ),
             EXIT_TRAINING_FAILED,
         )
-    return RunResult(verdict=verdict, training_exit=code)
+
+
+def _capture_on_slowdowns(
+    run: LocalRun,
+    storage: Storage,
+    progress: Progress,
+    on_verdict: Callable[[Verdict, str], None],
+    training: TrainingProcess,
+    signals: SignalForwarding,
+    window: WindowCoordinator,
+) -> RunResult:
+    """--on-slowdown: watch the ranks' step times; on each slowdown capture a window into
+    <out>/capture-<n>/ and print its verdict, up to --max-captures times."""
+    from perfdiag.local.trigger import capture_on_slowdown, capture_storage, wait_for_slowdown
+    from perfdiag.slowdown import SlowdownWatch
+
+    settings = run.settings
+    assert settings.trigger is not None
+    slowdowns = SlowdownWatch(settings.trigger)
+    stall = settings.stall
+    hangs = HangWatch(window.spool_dir, stall) if stall is not None else None
+    current, verdict, captures = window, None, 0
+    try:
+        window.wait_for_ranks()
+        while captures < settings.max_captures:
+            fired = wait_for_slowdown(current, slowdowns, progress)
+            captures += 1
+            current = WindowCoordinator(
+                settings,
+                window.spool_dir,
+                window.plan_path,
+                capture_storage(storage, captures),
+                progress,
+                window.check,
+            )
+            # The step rate the watch has seen places the window without waiting for more.
+            current.state.last_beats = dict(window.state.last_beats)
+            plan = capture_on_slowdown(current, fired, progress)
+            current.collect()
+            if current.state.captured:
+                verdict = _analyze_window(run, current, current.storage, progress, window.check)
+                if verdict is not None:
+                    on_verdict(verdict, current.storage.uri)
+            assert plan.start_step is not None
+            # The window's own steps are slower: the next baseline starts after them.
+            slowdowns.restart(plan.start_step + settings.capture_steps + 1)
+    except Interrupted:
+        _stop_on_signal(training, signals, progress)
+    except HangDetected as hang:
+        _diagnose_hang(run, current, current.storage, progress, on_verdict, training, hang)
+    except TrainingEnded as ended:
+        if current is not window:
+            current.after_training_exit()
+            if ended.code == 0 and current.state.captured:
+                verdict = _analyze_window(run, current, current.storage, progress, lambda: None)
+                if verdict is not None:
+                    on_verdict(verdict, current.storage.uri)
+            elif ended.code == 0:
+                progress(
+                    f"the training ended at step {current.state.max_step_seen}, before the "
+                    f"window planned on the last slowdown completed: "
+                    f"{current.window_needs_text()}"
+                )
+        if ended.code != 0:
+            raise CliError(
+                training_failed_message(
+                    ended.code, training.tail.lines(), window.state.max_step_seen
+                ),
+                EXIT_TRAINING_FAILED,
+            ) from None
+        if captures == 0:
+            steps = max(window.state.max_step_seen, current.state.max_step_seen)
+            progress(
+                f"the training ended after {steps} steps without a {settings.trigger.percent:g}% "
+                f"slowdown over {settings.trigger.baseline_steps}-step means: nothing captured"
+            )
+        return RunResult(verdict=verdict, training_exit=0)
+    _wait_for_training_end(
+        run, current, storage, progress, on_verdict, training, signals, hangs, verdict is not None
+    )
+    return RunResult(verdict=verdict, training_exit=0)
 
 
 def _ended_error(code: int, window: WindowCoordinator, training: TrainingProcess) -> CliError:
     """The training exited before there was a verdict: failed (3) or too short (4)."""
+    window.beats()  # the ranks' last heartbeats: the steps the training reached
     steps = window.state.max_step_seen
     if code != 0:
         return CliError(
             training_failed_message(code, training.tail.lines(), steps), EXIT_TRAINING_FAILED
         )
-    hint = f" ({NO_STEPS_HINT})" if steps == 0 else ""
+    if steps == 0:
+        advice = NO_STEPS_HINT
+    else:
+        fit = fitting_window(steps, window.settings.warmup_steps, window.settings.capture_steps)
+        advice = (
+            f"run it with --warmup-steps {fit[0]} --capture-steps {fit[1]}, or train longer"
+            if fit is not None
+            else "train at least 3 steps to be diagnosed"
+        )
     return CliError(
-        f"the training ended after {steps} steps{hint}, before the capture window completed: "
-        f"{window.window_needs_text()}. Lower --warmup-steps/--capture-steps or train longer.",
+        f"the training ended after {steps} steps, before the capture window completed: "
+        f"{window.window_needs_text()}; {advice}",
         EXIT_WINDOW_INCOMPLETE,
     )
 
@@ -266,7 +411,7 @@ def _partial_verdict(
     window: WindowCoordinator,
     storage: Storage,
     progress: Progress,
-    on_verdict: Callable[[Verdict], None],
+    on_verdict: Callable[[Verdict, str], None],
 ) -> None:
     """The training died during the window: analyze the ranks that finished it, naming the
     others as missing (status incomplete)."""
@@ -281,7 +426,7 @@ def _partial_verdict(
     except CliError as exc:
         progress(f"no partial verdict: {exc}")
         return
-    on_verdict(verdict)
+    on_verdict(verdict, storage.uri)
 
 
 def _diagnose_hang(
@@ -289,7 +434,7 @@ def _diagnose_hang(
     window: WindowCoordinator,
     storage: Storage,
     progress: Progress,
-    on_verdict: Callable[[Verdict], None],
+    on_verdict: Callable[[Verdict, str], None],
     training: TrainingProcess,
     hang: HangDetected,
 ) -> NoReturn:
@@ -341,7 +486,7 @@ def _diagnose_hang(
     finally:
         progress("stopping the training…")
         training.stop()
-    on_verdict(verdict)
+    on_verdict(verdict, storage.uri)
     raise CliError(
         "the training hung (verdict above); perfdiag stopped it. Rerun with a larger "
         "--hang-after if the steps are legitimately that slow.",
@@ -369,4 +514,4 @@ def _stop_on_signal(
     while training.wait(0.5) is None:
         pass
     signum = signals.received or signal.SIGINT
-    raise CliError("interrupted; the training was stopped", 128 + int(signum))
+    raise CliInterrupted("interrupted; the training was stopped", 128 + int(signum))

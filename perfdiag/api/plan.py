@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PlanAction = Literal["capture", "stacks"]
+PlanAction = Literal["capture", "stacks", "watch"]
 Activity = Literal["cpu", "cuda"]
 
 MAX_CAPTURE_STEPS = 1000
@@ -27,13 +27,20 @@ DEFAULT_ACTIVITIES: tuple[Activity, ...] = ("cpu", "cuda")
 
 
 class Plan(BaseModel):
-    """A request to every rank: capture a window of steps, or dump Python stacks."""
+    """A request to every rank: capture a window of steps, dump Python stacks, or (`watch`)
+    report the mean step time over the last `steps` steps in the heartbeats, which a
+    slowdown trigger compares with its baseline."""
 
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1, max_length=128, description="New id = new request.")
     action: PlanAction = "capture"
-    steps: int = Field(default=10, ge=1, le=MAX_CAPTURE_STEPS)
+    steps: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_CAPTURE_STEPS,
+        description="capture: steps analysed; watch: steps per reported mean step time",
+    )
     activities: list[Activity] = Field(default_factory=lambda: list(DEFAULT_ACTIVITIES))
     python_stacks: bool = False
     deadline: datetime = Field(description="RFC3339; a plan past its deadline is ignored.")

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfdiag.api.trigger import Slowdown
+
 VERDICT_SCHEMA = "perfdiag.verdict/v1"
 
 VerdictStatus = Literal["healthy", "degraded", "hang", "incomplete"]
@@ -76,6 +78,11 @@ class Verdict(BaseModel):
         default_factory=list,
         description="What the analysis saw about the conditions of the window that names no "
         "rank, e.g. an oversubscribed host (added in v1).",
+    )
+    trigger: Slowdown | None = Field(
+        default=None,
+        description="The slowdown that fired this capture; absent for a capture on request "
+        "(added in v1).",
     )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

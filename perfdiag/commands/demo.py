@@ -4,12 +4,14 @@ and diagnose it; succeed when the diagnosis names the fault (docs/cli.md)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from perfdiag.api import Verdict
+from perfdiag.api.trigger import SlowdownRule
 from perfdiag.cli import CliError
 from perfdiag.commands.run import add_capture_options, print_verdict, window_settings
 from perfdiag.demo.scenarios import (
@@ -22,10 +24,9 @@ from perfdiag.demo.scenarios import (
     Scenario,
     judge,
 )
-from perfdiag.local.output import default_out, prepare_output
+from perfdiag.local.output import Output, default_out, open_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.window import WindowSettings
-from perfdiag.storage import Storage
 
 EXIT_DIAGNOSIS_MISMATCH = 6
 
@@ -98,7 +99,9 @@ def main(args: argparse.Namespace) -> int:
         raise CliError(f"--rank {args.rank}: must be between 0 and {args.nproc - 1}", 2)
 
     settings = window_settings(args, local_ranks=args.nproc)
-    storage = prepare_output(args.out or default_out("perfdiag-demo"), shared=False)
+    if scenario.on_slowdown is not None and settings.trigger is None:
+        settings = dataclasses.replace(settings, trigger=SlowdownRule(percent=scenario.on_slowdown))
+    output = open_output(args.out or default_out("perfdiag-demo"), shared=False)
     with tempfile.TemporaryDirectory(prefix="perfdiag-demo-") as tmp:
         stop_file = Path(tmp) / "stop"
         script_args = ["--scenario", scenario.name, "--fault-rank", str(args.rank)]
@@ -109,20 +112,22 @@ def main(args: argparse.Namespace) -> int:
             script_args += ["--steps", str(args.train_steps)]
         if args.train_seconds is not None:
             script_args += ["--min-seconds", str(args.train_seconds)]
-        return _run_demo(args, scenario, settings, storage, script_args, stop_file)
+        return _run_demo(args, scenario, settings, output, script_args, stop_file)
 
 
 def _run_demo(
     args: argparse.Namespace,
     scenario: Scenario,
     settings: WindowSettings,
-    storage: Storage,
+    output: Output,
     script_args: list[str],
     stop_file: Path,
 ) -> int:
     from perfdiag.analyzer.thresholds import Thresholds
     from perfdiag.local.torchrun import LaunchTarget
     from perfdiag.runner import LocalRun, run_local
+
+    storage = output.storage
 
     target = LaunchTarget(
         entry=str(TRAIN_SCRIPT), args=tuple(script_args), module=False, no_python=False
@@ -143,8 +148,8 @@ def _run_demo(
 
     judgements: list[Judgement] = []
 
-    def on_verdict(verdict: Verdict) -> None:
-        print_verdict(verdict, args, storage.uri)
+    def on_verdict(verdict: Verdict, location: str) -> None:
+        print_verdict(verdict, args, location)
         judgement = judge(scenario, verdict, args.rank, Thresholds().report_severity)
         judgements.append(judgement)
         stop_file.touch()
@@ -159,6 +164,8 @@ def _run_demo(
         settings=settings,
         json_output=args.json,
         spool_dir=args.spool,
+        verbose=args.verbose,
+        created_output=output.created,
     )
     run_local(run, storage, progress, on_verdict)
     if judgements and judgements[0].matches:

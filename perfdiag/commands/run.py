@@ -8,10 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from perfdiag.api import Verdict
+from perfdiag.api.trigger import DEFAULT_BASELINE_STEPS, MAX_BASELINE_STEPS, SlowdownRule
 from perfdiag.cli import CliError
 from perfdiag.local.hang import EXIT_HANG
-from perfdiag.local.output import default_out, prepare_output
+from perfdiag.local.output import default_out, open_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.target_check import check_target
 from perfdiag.local.torchrun import (
@@ -106,6 +109,40 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         f"exits {EXIT_HANG} (default {DEFAULT_MIN_S:.0f}; 0 turns hang detection off)",
     )
     group.add_argument("--quiet", action="store_true", help="no progress lines")
+    trigger = parser.add_argument_group("capture on a slowdown")
+    trigger.add_argument(
+        "--on-slowdown",
+        type=_percent,
+        default=None,
+        metavar="PERCENT",
+        help="do not capture after the warm-up: let the training run at full speed and capture "
+        "a window on every rank when a rank's mean step over the last --baseline-steps steps "
+        "is PERCENT (e.g. 5%%) above its recent best such mean; each capture goes to "
+        "OUT/capture-<n>/",
+    )
+    trigger.add_argument(
+        "--baseline-steps",
+        type=int,
+        default=DEFAULT_BASELINE_STEPS,
+        metavar="N",
+        help=f"steps per mean for --on-slowdown (default {DEFAULT_BASELINE_STEPS}, "
+        f"2–{MAX_BASELINE_STEPS})",
+    )
+    trigger.add_argument(
+        "--max-captures",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="with --on-slowdown: capture up to N windows, one per slowdown; the baseline "
+        "starts again after each window (default 1)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the profiler's native log lines (Kineto, CUDA probing) in the terminal "
+        "instead of keeping them in perfdiag-native.log in the output folder",
+    )
 
 
 def add_parser(subparsers: Any) -> None:
@@ -137,7 +174,8 @@ def main(args: argparse.Namespace) -> int:
     multi_node = nnodes_max(args) > 1
     settings = window_settings(args, local_ranks=local_world_size(args))
     check_target(target, dict(os.environ))  # before the output folder is created
-    storage = prepare_output(args.out or default_out(), shared=multi_node)
+    output = open_output(args.out or default_out(), shared=multi_node)
+    storage = output.storage
     run = LocalRun(
         torchrun_argv=torchrun_argv(args, target),
         target=target,
@@ -145,9 +183,11 @@ def main(args: argparse.Namespace) -> int:
         multi_node=multi_node,
         json_output=args.json,
         spool_dir=args.spool,
+        verbose=args.verbose,
+        created_output=output.created,
     )
     progress = Progress(quiet=args.quiet)
-    run_local(run, storage, progress, lambda verdict: print_verdict(verdict, args, storage.uri))
+    run_local(run, storage, progress, lambda verdict, where: print_verdict(verdict, args, where))
     return 0
 
 
@@ -157,8 +197,20 @@ def window_settings(args: argparse.Namespace, *, local_ranks: int) -> WindowSett
         raise CliError("--timeout must be positive", 2)
     if args.hang_after < 0:
         raise CliError("--hang-after must be 0 (off) or positive", 2)
+    trigger = None
+    if args.on_slowdown is not None:
+        try:
+            trigger = SlowdownRule(percent=args.on_slowdown, baseline_steps=args.baseline_steps)
+        except ValidationError as exc:
+            raise CliError(
+                f"--baseline-steps must be in 2…{MAX_BASELINE_STEPS} and --on-slowdown in "
+                f"(0, 1000]% ({exc.errors()[0]['msg']})",
+                2,
+            ) from None
     return WindowSettings(
         local_ranks=local_ranks,
+        trigger=trigger,
+        max_captures=args.max_captures,
         warmup_steps=args.warmup_steps,
         capture_steps=args.capture_steps,
         python_stacks=args.python_stacks,
@@ -183,6 +235,17 @@ def _require_torch() -> None:
             "torch is not installed in this Python environment; perfdiag runs the training "
             "with the Python it runs on (pip install 'perfdiag[torch]')"
         )
+
+
+def _percent(text: str) -> float:
+    """'5%', '5' or '2.5%' → 5.0 / 2.5."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("a percentage, e.g. 5%") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError("must be above 0% and at most 1000%")
+    return value
 
 
 def _positive(text: str) -> int:

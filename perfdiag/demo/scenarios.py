@@ -12,6 +12,9 @@ TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 DEFAULT_SCENARIO = "python-hotspot"
 DEFAULT_FAULT_RANK = 2
 DEFAULT_RANKS = 4
+SLOWDOWN_STEP = 100
+"""In the `slowdown` scenario the fault rank turns slow from this step on."""
+SLOWDOWN_TRIGGER_PERCENT = 10.0
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,8 @@ class Scenario:
     description: str
     category: FindingCategory | None
     """The category of the top finding; None for a healthy run (no finding expected)."""
+    on_slowdown: float | None = None
+    """Captured by the slowdown trigger at this percentage (`perfdiag run --on-slowdown`)."""
 
     @property
     def healthy(self) -> bool:
@@ -39,6 +44,13 @@ SCENARIOS: dict[str, Scenario] = {
             "compute-straggler",
             "one rank does extra matrix multiplications (aten work) every step",
             "cpu_op",
+        ),
+        Scenario(
+            "slowdown",
+            f"one rank turns slow at step {SLOWDOWN_STEP} (a Python hotspot); the slowdown "
+            f"trigger ({SLOWDOWN_TRIGGER_PERCENT:g}%) captures it",
+            "python",
+            on_slowdown=SLOWDOWN_TRIGGER_PERCENT,
         ),
         Scenario(
             "dataloader-stall",
@@ -73,6 +85,8 @@ def judge(
             False, f"no fault was injected, but the verdict is {verdict.status}: {what}"
         )
     expected = f"rank {fault_rank}, category {scenario.category}"
+    if scenario.on_slowdown is not None and verdict.trigger is None:
+        return Judgement(False, "the capture was not fired by the slowdown trigger")
     if not verdict.findings:
         return Judgement(
             False, f"the injected fault ({expected}) was not found: status {verdict.status}"

@@ -9,6 +9,7 @@ Scenarios (see perfdiag/demo/scenarios.py for what perfdiag should conclude):
   healthy            no fault
   python-hotspot     the fault rank runs a pure-Python "tokenizer" over each batch
   compute-straggler  the fault rank runs extra matrix multiplications (aten work) each step
+  slowdown           the fault rank turns slow at step 100 (the tokenizer from then on)
   dataloader-stall   the fault rank's Dataset.__getitem__ is slow (a simulated slow read)
 
 It trains at least --steps steps and at least --min-seconds seconds, so the run is long enough
@@ -30,7 +31,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-SCENARIOS = ("healthy", "python-hotspot", "compute-straggler", "dataloader-stall")
+SCENARIOS = ("healthy", "python-hotspot", "compute-straggler", "slowdown", "dataloader-stall")
+SLOWDOWN_STEP = 100  # perfdiag.demo.scenarios.SLOWDOWN_STEP (this script imports no perfdiag)
 
 FEATURES = 256
 HIDDEN = 256
@@ -146,7 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     while not done:
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
-            if faulty and args.scenario == "python-hotspot":
+            if faulty and (
+                args.scenario == "python-hotspot"
+                or (args.scenario == "slowdown" and step >= SLOWDOWN_STEP)
+            ):
                 tokenize(args.batch_size, 290)
             if faulty and args.scenario == "compute-straggler":
                 extra_compute(256, 28)

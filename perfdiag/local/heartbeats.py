@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfdiag.collector import spool
+from perfdiag.slowdown import StepReport
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,18 @@ class RankBeat:
     plan_id: str | None
     error: str | None
     updated_unix: float | None
+    mean_step_ms: float | None = None
+    """The hook's mean step time over its last `mean_steps` steps (the slowdown trigger's)."""
+    mean_steps: int | None = None
+    max_step_ms: float | None = None
+    """The longest of those steps."""
+
+    def step_report(self) -> StepReport | None:
+        if self.mean_step_ms is None or self.mean_steps is None:
+            return None
+        return StepReport(
+            self.rank, self.step, self.mean_step_ms, self.mean_steps, self.max_step_ms
+        )
 
 
 def read_beats(spool_dir: Path) -> dict[int, RankBeat]:
@@ -36,6 +49,9 @@ def read_beats(spool_dir: Path) -> dict[int, RankBeat]:
             plan_id=data.get("plan_id") if isinstance(data.get("plan_id"), str) else None,
             error=data.get("error") if isinstance(data.get("error"), str) else None,
             updated_unix=_float(data.get("updated_unix")),
+            mean_step_ms=_float(data.get("mean_step_ms")),
+            mean_steps=_int(data.get("mean_steps")),
+            max_step_ms=_float(data.get("max_step_ms")),
         )
     return beats
 

@@ -15,6 +15,8 @@ import time
 from types import FrameType
 from typing import IO, BinaryIO
 
+from perfdiag.local.native_log import NativeLog, NoiseFilter
+
 # Enough to find the first failed rank's traceback above torchrun's own report.
 TAIL_LINES = 500
 
@@ -44,22 +46,36 @@ class OutputTail:
             return [*self._lines, *pending][-self._lines.maxlen :] if self._lines.maxlen else []
 
 
-def _pump(source: IO[bytes], sink: BinaryIO, stream: str, tail: OutputTail) -> None:
-    """Copy a child's stream as it comes (chunks, not lines: progress bars use \\r)."""
+def _pump(
+    source: IO[bytes],
+    sink: BinaryIO,
+    stream: str,
+    tail: OutputTail,
+    native_log: NativeLog | None = None,
+) -> None:
+    """Copy a child's stream as it comes (chunks, not lines: progress bars use \\r), the
+    profiler's own log lines to `native_log` when there is one."""
     read = getattr(source, "read1", source.read)
+    noise = NoiseFilter()
     while True:
         try:
             chunk = read(65536)
         except (OSError, ValueError):
-            return
+            chunk = b""
+        if native_log is None:
+            shown = chunk
+        else:
+            shown, routed = noise.feed(chunk) if chunk else noise.finish()
+            native_log.write(routed)
+        if shown:
+            tail.feed(stream, shown)
+            try:
+                sink.write(shown)
+                sink.flush()
+            except (OSError, ValueError):
+                pass  # our own stream is gone (closed pipe); keep draining the child
         if not chunk:
             return
-        tail.feed(stream, chunk)
-        try:
-            sink.write(chunk)
-            sink.flush()
-        except (OSError, ValueError):
-            pass  # our own stream is gone (closed pipe); keep draining the child
 
 
 def _die_with_parent() -> None:
@@ -79,9 +95,17 @@ def _die_with_parent() -> None:
 
 class TrainingProcess:
     """torchrun running the user's job. Output passes through to our stdout/stderr (or both to
-    stderr when stdout is reserved for machine-readable output)."""
+    stderr when stdout is reserved for machine-readable output); with a `native_log`, the
+    profiler's own log lines on stderr go there instead."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], *, stdout_to_stderr: bool) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        *,
+        stdout_to_stderr: bool,
+        native_log: NativeLog | None = None,
+    ) -> None:
         self.argv = argv
         self.tail = OutputTail()
         self.started = time.monotonic()
@@ -104,7 +128,8 @@ class TrainingProcess:
             ),
             threading.Thread(
                 target=_pump,
-                args=(self._process.stderr, sys.stderr.buffer, "stderr", self.tail),
+                # Native libraries log on stderr only: stdout is left exactly as printed.
+                args=(self._process.stderr, sys.stderr.buffer, "stderr", self.tail, native_log),
                 daemon=True,
             ),
         ]

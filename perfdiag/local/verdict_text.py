@@ -12,6 +12,13 @@ _MAX_FINDINGS = 5
 def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
     """A short block: status and summary, step time per rank, top findings, where files are."""
     lines = [f"perfdiag verdict: {verdict.status.upper()}"]
+    if verdict.trigger is not None:
+        lines += textwrap.wrap(
+            f"captured on a slowdown: {verdict.trigger.describe()}",
+            width=96,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
     lines += textwrap.wrap(verdict.summary, width=96, initial_indent="  ", subsequent_indent="  ")
     culprits = {rank for finding in verdict.findings[:1] for rank in finding.ranks}
     missing = {worker.rank for worker in verdict.workers if worker.state != "ok"}

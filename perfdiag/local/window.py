@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from perfdiag.api import Plan
 from perfdiag.api.plan import start_step_ahead
+from perfdiag.api.trigger import SlowdownRule
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.collector import spool
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
@@ -111,6 +112,10 @@ class WindowSettings:
     """When a rank counts as stuck (perfdiag.stall); None: hang detection off."""
     sample_hardware: bool = True
     """Sample GPU (NVML) and host (/proc) metrics while the window is open."""
+    trigger: SlowdownRule | None = None
+    """Capture when the job slows down (perfdiag.slowdown), not after the warm-up steps."""
+    max_captures: int = 1
+    """With a trigger: how many windows to capture at most, one per slowdown."""
 
 
 class WindowCoordinator:
@@ -124,7 +129,7 @@ class WindowCoordinator:
         plan_path: Path,
         storage: Storage,
         progress: Progress,
-        check: Callable[[], None],
+        check: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.spool_dir = spool_dir
@@ -135,67 +140,95 @@ class WindowCoordinator:
         self.state = WindowState()
         self.sampler: HardwareSampler | None = None
 
-    # -- phase 1: warm-up -------------------------------------------------------------------
+    # -- phase 1: the plan and the ranks ---------------------------------------------------
 
-    def wait_for_warmup(self) -> None:
-        """Return once every rank of this node has finished --warmup-steps steps."""
-        want, ready_since = self.settings.warmup_steps, None
-        started = time.monotonic()
+    @property
+    def start_step(self) -> int:
+        """The step after which every rank's window begins. The first step boundary a hook sees
+        is the end of step 1, so 0 warm-up steps begins after step 1 too."""
+        return max(1, self.settings.warmup_steps)
+
+    def plan_at_start(self) -> Plan:
+        """Before the ranks start: the plan names its start step, and each hook reads it at its
+        first step boundary, so every rank profiles steps start+1 … start+capture+1 at any
+        step rate (1 ms or 10 s a step). With a slowdown trigger, a `watch` plan instead: the
+        hooks report their mean step time and nothing is captured until the rule fires."""
+        if self.settings.trigger is not None:
+            from perfdiag.local.trigger import watch_plan
+
+            plan = watch_plan(self.settings.trigger)
+            plan.write_atomic(self.plan_path)
+            return plan
+        return self._write_plan(self.start_step)
+
+    def wait_for_ranks(self) -> None:
+        """Return once every rank of this node reports (its hook loaded, a step done), or some
+        do and the others have not for MISSING_RANK_GRACE_S; then sample their hardware."""
+        started, first_seen = time.monotonic(), None
         hinted = False
         while True:
             self.check()
-            beats = self._beats()
-            ready = [beat for beat in beats.values() if beat.step >= want]
-            if len(ready) >= self.settings.local_ranks:
-                return
+            beats = self.beats()
             now = time.monotonic()
-            if ready and ready_since is None:
-                ready_since = now
-            if ready_since is not None and now - ready_since > MISSING_RANK_GRACE_S:
+            if beats and first_seen is None:
+                first_seen = now
+            if len(beats) >= self.settings.local_ranks:
+                break
+            if first_seen is not None and now - first_seen > MISSING_RANK_GRACE_S:
                 self.progress(
                     f"only {len(beats)} of {self.settings.local_ranks} ranks report to perfdiag; "
                     "capturing those"
                 )
-                return
-            if (
-                not hinted
-                and self.state.max_step_seen == 0
-                and now - started > (NO_STEP_HINT_AFTER_S)
-            ):
+                break
+            if not hinted and not beats and now - started > NO_STEP_HINT_AFTER_S:
                 hinted = True
                 self.progress(f"no training step counted yet: {NO_STEPS_HINT}")
-            self.progress.status(self._warmup_text(beats))
+            self.progress.status(
+                f"waiting for {self.settings.local_ranks} ranks to start ({len(beats)} reporting)…"
+            )
             time.sleep(POLL_S)
+        self._adopt_ranks(beats)
+        if self.settings.trigger is not None:
+            return
+        self._start_sampler()
+        self.progress(f"{len(beats)} ranks running: {self._steps_text(self.start_step)}…")
 
-    def _warmup_text(self, beats: dict[int, RankBeat]) -> str:
-        n, want = self.settings.local_ranks, self.settings.warmup_steps
-        if not beats:
-            return f"waiting for {n} ranks to start…"
-        at = sum(1 for beat in beats.values() if beat.step >= want)
-        return f"waiting for {n} ranks to reach step {want} ({at}/{n} there; {steps_text(beats)})…"
-
-    # -- phase 2: the window ----------------------------------------------------------------
-
-    def request_capture(self) -> Plan:
-        beats = self._beats()
+    def _adopt_ranks(self, beats: dict[int, RankBeat]) -> None:
         self.state.ranks = sorted(beats)
         worlds = {beat.world_size for beat in beats.values() if beat.world_size}
         self.state.world_size = max(worlds) if worlds else len(beats)
+
+    def _steps_text(self, start: int) -> str:
+        # Steps count from 0, as the trace's ProfilerStep#<n> and the verdict do.
+        last = start + self.settings.capture_steps
+        return f"every rank captures steps {start + 1}–{last} (step {start} warms the profiler up)"
+
+    def after_training_exit(self) -> None:
+        """The training exited: the ranks that reported are the window's (a fast job can end
+        before perfdiag counted them), and every window they completed is taken."""
+        beats = self.beats()  # their last heartbeats: how far the training got
+        if not self.state.ranks:
+            self._adopt_ranks(beats)
+        self.process_completed()
+
+    # -- phase 2: the window ----------------------------------------------------------------
+
+    def capture_ahead(self, reason: str) -> Plan:
+        """A window planned while the ranks run (the slowdown trigger): it begins PLAN_LEAD_S
+        ahead at the fastest rank's step rate, so that every rank has the plan by then."""
+        beats = self.beats()
+        self._adopt_ranks(beats)
         rate = self.state.steps_per_second()
         waited_until = time.monotonic() + RATE_WAIT_S
         while rate is None and time.monotonic() < waited_until:
             self.check()  # the first heartbeats came within a second: wait for one more
             time.sleep(POLL_S)
-            beats = self._beats() or beats
+            beats = self.beats() or beats
             rate = self.state.steps_per_second()
         start = start_step_ahead(max(b.step for b in beats.values()), rate, PLAN_LEAD_S)
         self._start_sampler()
         plan = self._write_plan(start)
-        self.progress(
-            f"{len(beats)} ranks at step {min(b.step for b in beats.values())} or later: "
-            f"capturing {self.settings.capture_steps} steps (+1 profiler warm-up) "
-            f"from step {start}…"
-        )
+        self.progress(f"{reason}: {self._steps_text(start)}…")
         return plan
 
     def _start_sampler(self) -> None:
@@ -323,7 +356,7 @@ class WindowCoordinator:
     def record_missing(self, reason: str) -> None:
         """Write status.json for ranks whose window never completed, so the analysis names
         them (state missing) instead of silently comparing fewer workers."""
-        beats = self._beats()
+        beats = self.beats()
         for rank in self.state.missing:
             beat = beats.get(rank)
             status = self._failed_status(rank, reason, beat)
@@ -341,7 +374,7 @@ class WindowCoordinator:
         )
 
     def _capture_text(self) -> str:
-        beats = {rank: beat for rank, beat in self._beats().items() if rank in self.state.missing}
+        beats = {rank: beat for rank, beat in self.beats().items() if rank in self.state.missing}
         done = len(self.state.statuses)
         phases: dict[str, int] = {}
         for beat in beats.values():
@@ -354,7 +387,7 @@ class WindowCoordinator:
             + "…"
         )
 
-    def _beats(self) -> dict[int, RankBeat]:
+    def beats(self) -> dict[int, RankBeat]:
         beats = read_beats(self.spool_dir)
         for rank, beat in beats.items():
             self.state.note_beat(rank, beat)
@@ -365,8 +398,20 @@ class WindowCoordinator:
         return beats
 
     def window_needs_text(self) -> str:
-        s = self.settings
+        start, capture = self.start_step, self.settings.capture_steps
+        plan = self.state.plan
+        if self.settings.trigger is not None and plan is not None and plan.start_step is not None:
+            return f"it covers steps {plan.start_step}–{plan.start_step + capture}"
         return (
-            f"the window needs {s.warmup_steps} warm-up + {s.capture_steps + 1} captured steps "
-            "(plus the steps that pass while the ranks pick up the plan, about a second)"
+            f"the window needs {start + 1 + capture} steps ({start} warm-up, 1 profiler "
+            f"warm-up, {capture} captured)"
         )
+
+
+def fitting_window(steps: int, warmup_steps: int, capture_steps: int) -> tuple[int, int] | None:
+    """(--warmup-steps, --capture-steps) of the largest window a job of `steps` steps holds:
+    a quarter of it at most for the warm-up (the first steps are slow), the rest captured; None
+    when it is too short for any (1 warm-up + 1 profiler warm-up + 1 captured step)."""
+    warmup = max(1, min(warmup_steps, steps // 4))
+    capture = min(capture_steps, steps - warmup - 1)
+    return (warmup, capture) if capture >= 1 else None

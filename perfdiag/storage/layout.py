@@ -7,6 +7,9 @@ VERDICT = "verdict.json"
 REPORT = "report.html"
 TIMELINE = "timeline.json.gz"
 BREAKDOWN = "breakdown.json"
+TRIGGER = "trigger.json"  # what fired the capture (the slowdown trigger); absent on request
+# The profiler's own log lines that `perfdiag run` kept out of the terminal (local output only).
+NATIVE_LOG = "perfdiag-native.log"
 WORKERS = "workers"
 
 STATUS = "status.json"

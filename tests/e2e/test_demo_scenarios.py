@@ -36,7 +36,13 @@ def test_demo_scenario(name: str, run: int, tmp_path: Path, perfdiag: Any, verdi
     assert result.code == 0, result.explain()
     assert "demo: the diagnosis matches the scenario" in result.stdout, result.explain()
 
-    verdict = verdict_of(out)
+    # A capture fired by the slowdown trigger goes to its own folder.
+    captured = out / "capture-1" if scenario.on_slowdown is not None else out
+    verdict = verdict_of(captured)
+    if scenario.on_slowdown is not None:
+        assert verdict.trigger is not None, verdict.to_json()
+        assert verdict.trigger.percent_over >= scenario.on_slowdown
+        assert "captured on a slowdown: rank" in result.stdout, result.explain()
     assert [w.rank for w in verdict.workers] == [0, 1, 2, 3]
     assert all(w.state == "ok" for w in verdict.workers)
     if scenario.healthy:
@@ -48,4 +54,4 @@ def test_demo_scenario(name: str, run: int, tmp_path: Path, perfdiag: Any, verdi
         top = verdict.findings[0]
         assert top.ranks == [fault_rank], verdict.to_json()
         assert top.category == scenario.category, verdict.to_json()
-    assert (out / "report.html").stat().st_size > 1000
+    assert (captured / "report.html").stat().st_size > 1000

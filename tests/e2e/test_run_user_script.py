@@ -48,7 +48,8 @@ def test_run_unmodified_script_then_reanalyze(
     # training ran to its end after the window.
     printed = Verdict.model_validate(json.loads(result.stdout))
     assert "epoch 3 loss" in result.stderr
-    assert "or later: capturing 10 steps (+1 profiler warm-up)" in result.stderr
+    # The default window: 5 warm-up steps (0–4), the profiler's warm-up step 5, steps 6–15.
+    assert "4 ranks running: every rank captures steps 6–15 (step 5 warms" in result.stderr
 
     verdict = verdict_of(out)
     assert printed == verdict

@@ -1,0 +1,205 @@
+"""The profiler's own logging kept out of the terminal.
+
+When the window starts and stops, every rank's profiler (Kineto, in C++) writes lines such as
+`USDT:… SyncActivityProfilerHandler.cpp:39] profiler_start` and, on a machine without a GPU,
+`ERROR:… DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35` on stderr. They say
+nothing about the training, and the user did not ask for a profiler: they go to a log file
+(`perfdiag-native.log` in a local output folder) unless `-v` asks for them. Everything else passes
+through byte for byte and as soon as it comes, partial lines and `\\r` progress bars included."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+# torchrun's `--tee` and torch.distributed put a `[rank0]:` / `[default0]:` tag in front.
+_TAG = rb"\[[a-z]+\d+\]:"
+_KINETO_LEVELS = (b"V", b"INFO", b"WARNING", b"STAGE", b"ERROR", b"USDT", b"???")
+# Kineto's logger: `LEVEL:2024-11-25 01:51:29 1924:1924 File.cpp:39] message`. Nothing but
+# Kineto writes this shape, so any such line is the profiler's.
+_KINETO = (
+    rb"(?:" + b"|".join(re.escape(level) for level in _KINETO_LEVELS) + rb"):"
+    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.+-]+:\d+\] "
+)
+# c10's logger (torch's C++ code): `[W1125 01:51:31.123456789 file.cpp:12] message` (glog adds
+# a thread id; old torch has no time). Anything in torch writes these (gloo, NCCL, the user's
+# own extensions), so only the lines about the profiler count as its noise.
+_C10 = rb"\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w/.+-]+:\d+\] "
+_HEADER = re.compile(rb"(?:" + _TAG + rb")?(?:(?P<kineto>" + _KINETO + rb")|" + _C10 + rb")")
+_ABOUT_THE_PROFILER = re.compile(rb"profil|kineto|cupti|roctracer", re.IGNORECASE)
+
+
+def _prefixes(atoms: Sequence[bytes]) -> bytes:
+    """A pattern for every non-empty beginning of the sequence `atoms` (each one character, or
+    a run such as `\\d+` that any shorter run also matches)."""
+    pattern = b""
+    for atom in reversed(atoms):
+        pattern = atom + (b"(?:" + pattern + b")?" if pattern else b"")
+    return pattern
+
+
+_DIGITS, _FILE = rb"\d+", rb"[\w/.+-]+"
+_KINETO_REST = [b":", _DIGITS, b"-", _DIGITS, b"-", _DIGITS, b" ", _DIGITS, b":", _DIGITS]
+_KINETO_REST += [b":", _DIGITS, b" ", _DIGITS, b":", _DIGITS, b" ", _FILE, b":", _DIGITS]
+_KINETO_REST += [rb"\]", b" "]
+_C10_TIMED = [rb"\[", b"[IWEF]", _DIGITS, b" ", _DIGITS, b":", _DIGITS, b":", _DIGITS, rb"\."]
+_C10_TIMED += [_DIGITS, b" ", rb"[\w/.+ -]+", b":", _DIGITS, rb"\]", b" "]
+_C10_UNTIMED = [rb"\[", b"[IWEF]", b" ", _FILE, b":", _DIGITS, rb"\]", b" "]
+_HEADER_START = b"|".join(
+    [
+        *(_prefixes([re.escape(level[i : i + 1]) for i in range(len(level))] + _KINETO_REST)
+          for level in _KINETO_LEVELS),
+        _prefixes(_C10_TIMED),
+        _prefixes(_C10_UNTIMED),
+    ]
+)  # fmt: skip
+# The end of a chunk that may be the beginning of a header cut by the read: held back until
+# the next chunk says what it is.
+_PARTIAL_HEADER = re.compile(
+    rb"(?:" + _prefixes([rb"\[", b"[a-z]+", _DIGITS, rb"\]", b":"]) + rb")"
+    rb"|(?:" + _TAG + rb")?(?:" + _HEADER_START + rb")"
+)
+_FIRST_BYTES = frozenset(b"[" + b"".join(level[:1] for level in _KINETO_LEVELS))
+_LONGEST_HEADER = 200
+# A header whose line does not end within this many bytes is not a log line: let it through.
+_MAX_HELD = 1 << 16
+
+
+class NoiseFilter:
+    """Splits one stream into what is shown and what goes to the native log.
+
+    Lines (from a header to their newline) of the profiler's logging are routed; a header may
+    start mid-line, as when a rank's message lands after another's unfinished progress bar.
+    Only a line that began with a header is held until its newline, and the end of a chunk
+    only when it may be the start of one: all other output passes through at once."""
+
+    def __init__(self) -> None:
+        self._held = b""
+        # Kineto writes a message and its newline separately: when two ranks' messages meet on
+        # one line, the second's newline comes later as an empty line of its own.
+        self._owed_newlines = 0
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        """(bytes to show now, bytes for the native log)."""
+        buf = self._held + data
+        self._held = b""
+        shown, routed = bytearray(), bytearray()
+
+        def show(segment: bytes) -> None:
+            if segment:
+                shown.extend(segment)
+                self._owed_newlines = 0  # the user's output came between: it got that newline
+
+        pos = 0
+        while pos < len(buf):
+            if self._owed_newlines and buf[pos : pos + 1] == b"\n":
+                routed += b"\n"
+                self._owed_newlines -= 1
+                pos += 1
+                continue
+            match = _HEADER.search(buf, pos)
+            if match is None:
+                hold = _partial_header_at(buf, pos)
+                show(buf[pos:hold])
+                self._held = buf[hold:]
+                break
+            show(buf[pos : match.start()])
+            end = buf.find(b"\n", match.end())
+            if end < 0:
+                if len(buf) - match.start() > _MAX_HELD:
+                    show(buf[match.start() :])
+                else:
+                    self._held = buf[match.start() :]
+                break
+            line = buf[match.start() : end + 1]
+            if _is_noise(line, match):
+                routed += line
+                # Owed until the user's output comes between: the other ranks' messages of the
+                # same moment often come first.
+                self._owed_newlines += len(_HEADER.findall(line)) - 1
+            else:
+                show(line)
+            pos = end + 1
+        return bytes(shown), bytes(routed)
+
+    def finish(self) -> tuple[bytes, bytes]:
+        """At the end of the stream: what was held, shown or logged."""
+        held, self._held = self._held, b""
+        match = _HEADER.match(held)
+        if match is not None and _is_noise(held, match):
+            return b"", held
+        return held, b""
+
+
+def _is_noise(line: bytes, header: re.Match[bytes]) -> bool:
+    if header.group("kineto") is not None:
+        return True
+    # A log message has no \r: what follows one is a progress bar that came between.
+    return _ABOUT_THE_PROFILER.search(line.split(b"\r", 1)[0]) is not None
+
+
+def _partial_header_at(buf: bytes, pos: int) -> int:
+    """Where in buf[pos:] a header may begin that runs past its end (len(buf) if nowhere)."""
+    for start in range(max(pos, len(buf) - _LONGEST_HEADER), len(buf)):
+        if buf[start] in _FIRST_BYTES and _PARTIAL_HEADER.fullmatch(buf, start):
+            return start
+    return len(buf)
+
+
+NATIVE_LOG_HINT = "-v prints it in the terminal"
+
+
+class NativeLog:
+    """Where routed lines go: a file, created on the first line (no noise, no file), or
+    nowhere (`path` None: the output is not a local folder). Shared by the output pumps."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.lines = 0
+        self._file: BinaryIO | None = None
+        self._lock = threading.Lock()
+        self._failed = False
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._lock:
+            self.lines += data.count(b"\n")
+            if self.path is None or self._failed or self._closed:
+                return
+            try:
+                if self._file is None:
+                    self._file = self.path.open("wb")
+                self._file.write(data)
+                self._file.flush()
+            except (OSError, ValueError):
+                self._failed = True  # the log is a courtesy: never stop the training for it
+
+    @property
+    def written(self) -> Path | None:
+        """The file holding the lines, once there is one."""
+        with self._lock:
+            return self.path if self._file is not None and not self._failed else None
+
+    def close(self) -> None:
+        """No more lines are written (a pump still draining a child that outlived its stop
+        only counts them)."""
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+
+    def where(self) -> str:
+        """For a message: where the routed lines are."""
+        written = self.written
+        lines = f"{self.lines} line{'s' if self.lines != 1 else ''}"
+        if written is not None:
+            return f"the profiler's native log ({lines}) is in {written}; {NATIVE_LOG_HINT}"
+        return (
+            f"the profiler's native log ({lines}) was not kept (the output is not a local "
+            f"folder); {NATIVE_LOG_HINT}"
+        )

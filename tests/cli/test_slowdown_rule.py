@@ -1,0 +1,95 @@
+"""The slowdown trigger's rule (perfdiag.slowdown), fed with heartbeat reports."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from perfdiag.api.trigger import SlowdownRule
+from perfdiag.slowdown import HORIZON_SPANS, SlowdownWatch, StepReport
+
+N = 50
+
+
+def feed(
+    watch: SlowdownWatch, means: list[float], *, rank: int = 0, first: int = 60, every: int = 25
+) -> list[int]:
+    """Reports every `every` steps from step `first`; the steps at which the rule fired."""
+    fired = []
+    for index, mean in enumerate(means):
+        step = first + index * every
+        slowdown = watch.observe(StepReport(rank, step, mean, N, max_step_ms=mean))
+        if slowdown is not None:
+            fired.append(step)
+    return fired
+
+
+def test_a_steady_job_never_fires() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    assert feed(watch, [20.0, 20.4, 19.8, 20.6, 20.1, 19.9, 20.5] * 10) == []
+
+
+def test_a_lasting_slowdown_fires_on_its_second_report_with_the_numbers() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    assert feed(watch, [20.0, 19.0, 19.5, 21.5]) == []  # +13%, once
+    slowdown = watch.observe(StepReport(1, 200, 21.6, N, max_step_ms=21.6))
+    assert slowdown is None  # another rank has no baseline yet
+    slowdown = watch.observe(StepReport(0, 160, 21.8, N, max_step_ms=21.8))
+    assert slowdown is not None
+    assert (slowdown.rank, slowdown.step, slowdown.baseline_step) == (0, 160, 85)
+    assert slowdown.baseline_step_ms == 19.0
+    assert slowdown.percent_over == pytest.approx((21.8 / 19.0 - 1) * 100)
+    assert "rank 0" in slowdown.describe() and "5%" in slowdown.describe()
+
+
+def test_one_long_step_does_not_fire_it() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    feed(watch, [20.0] * 4)
+    # A 2 s step lifts the 50-step mean from 20 to 60 ms for 50 steps; the mean without the
+    # longest step stays at 20.
+    spike = (20.0 * 49 + 2000.0) / 50
+    for step in (160, 185, 210):
+        assert watch.observe(StepReport(0, step, spike, N, max_step_ms=2000.0)) is None
+
+
+def test_a_stall_every_few_steps_fires_it() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    feed(watch, [20.0] * 4)
+    # Every third step takes 60 ms more: the mean without the longest is still 19 ms higher.
+    mean = 20.0 + 60.0 / 3
+    fired = [watch.observe(StepReport(0, step, mean, N, max_step_ms=80.0)) for step in (160, 185)]
+    assert fired[0] is None and fired[1] is not None
+
+
+def test_reports_of_another_mean_length_and_repeats_are_ignored() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    feed(watch, [20.0] * 3)
+    assert watch.observe(StepReport(0, 200, 40.0, 10)) is None  # the hook's default, not ours
+    assert watch.observe(StepReport(0, 200, 40.0, N)) is None
+    assert watch.observe(StepReport(0, 200, 40.0, N)) is None  # the same heartbeat again
+
+
+def test_restart_forgets_the_baseline_and_skips_the_windows_steps() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    feed(watch, [20.0] * 4)
+    watch.restart(after_step=300)
+    # Means that include steps up to 300 (the capture window's slower steps) do not count.
+    assert watch.observe(StepReport(0, 340, 30.0, N)) is None
+    assert watch.baselines() == []
+    assert feed(watch, [30.0, 30.0, 30.0], first=400) == []  # the new speed is the baseline
+
+
+def test_the_baseline_is_recent() -> None:
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    feed(watch, [10.0], first=60)
+    # Long after the fast period the job runs at 20 ms: that is the baseline now.
+    late = 60 + HORIZON_SPANS * N + 100
+    assert feed(watch, [20.0, 20.0, 20.0], first=late) == []
+
+
+def test_the_rule_is_validated() -> None:
+    with pytest.raises(ValidationError):
+        SlowdownRule(percent=0)
+    with pytest.raises(ValidationError):
+        SlowdownRule(percent=5, baseline_steps=5000)
+    assert SlowdownRule(percent=5).factor == pytest.approx(1.05)
