@@ -246,6 +246,24 @@ def fuse(
                 continue
             _with_cause(worker, cause)
         else:
+            top = worker.top
+            comm = features.index_of(COMMUNICATION)
+            if (
+                top is not None
+                and (top.function or "").startswith(AUTOGRAD)
+                and comm is not None
+                and float(features.ms[i, comm]) > 0
+            ):
+                # Without the CPU accounting (no host samples covered this window: a job over
+                # before the sampler started, or bare Kineto traces), time inside the autograd
+                # engine cannot be told from the wait for the gradient all-reduce in it.
+                result.contended_notes.append(
+                    f"rank {worker.rank}: {worker.excess_ms:.1f} ms/step longer than its peers "
+                    f"inside {top.function}, where data parallelism waits for its gradient "
+                    "all-reduce; no CPU samples cover this window to tell work from that wait: "
+                    "not named"
+                )
+                continue
             contended = (
                 explained_by_contention(
                     cpu,
@@ -519,6 +537,10 @@ def communication_outliers(
     for i in np.flatnonzero(dev.outlying[:, comm]).tolist():
         rank = int(features.ranks[i])
         if rank in explained_by_culprit or any(w.position == i for w in fusion.slow):
+            continue
+        if len(groups.members(int(groups.labels[i]))) < 3:
+            # Two ranks leave each collective together: one waiting longer means the other
+            # arrived later, whether or not its profiled work shows why.
             continue
         peers_work_more = max(0.0, -float(dev.excess_ms[i, nw]))
         if features.cpu_wait is not None and features.non_wait_wall_ms is not None:

@@ -128,6 +128,7 @@ def _launch(
         training = TrainingProcess(
             run.torchrun_argv, env, stdout_to_stderr=run.json_output, native_log=native_log
         )
+        window.launcher_pid = training.pid
         try:
             with SignalForwarding(training) as signals:
                 return _supervise(run, storage, progress, on_verdict, training, signals, window)

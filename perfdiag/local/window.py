@@ -139,6 +139,8 @@ class WindowCoordinator:
         self.check = check
         self.state = WindowState()
         self.sampler: HardwareSampler | None = None
+        self.launcher_pid: int | None = None
+        """torchrun's pid: its rank processes are sampled from the start when known."""
 
     # -- phase 1: the plan and the ranks ---------------------------------------------------
 
@@ -168,6 +170,8 @@ class WindowCoordinator:
         hinted = False
         while True:
             self.check()
+            if self.settings.trigger is None:
+                self._sample_rank_processes()
             beats = self.beats()
             now = time.monotonic()
             if beats and first_seen is None:
@@ -209,7 +213,10 @@ class WindowCoordinator:
         beats = self.beats()  # their last heartbeats: how far the training got
         if not self.state.ranks:
             self._adopt_ranks(beats)
-        self.process_completed()
+        try:
+            self.process_completed()
+        finally:
+            self.stop_sampler()
 
     # -- phase 2: the window ----------------------------------------------------------------
 
@@ -231,18 +238,32 @@ class WindowCoordinator:
         self.progress(f"{reason}: {self._steps_text(start)}…")
         return plan
 
-    def _start_sampler(self) -> None:
+    def _sample_rank_processes(self) -> None:
+        """Start sampling as soon as every rank process of this node exists: a fast job can
+        finish its window before its first heartbeat is read (a window planned at start)."""
+        if self.sampler is not None or self.launcher_pid is None:
+            return
+        if not self.settings.sample_hardware:
+            return
+        from perfdiag.local.rank_processes import rank_processes
+
+        pids = rank_processes(self.launcher_pid)
+        if len(pids) >= self.settings.local_ranks:
+            self._start_sampler(pids)
+
+    def _start_sampler(self, pids: dict[int, int] | None = None) -> None:
         """Hardware samples from now until every rank's window is processed."""
         if not self.settings.sample_hardware or self.sampler is not None:
             return
         from perfdiag.collector.hardware import HardwareSampler
 
-        pids = {}
-        for rank in self.state.ranks:
-            beat = spool.read_json(spool.rank_dir(self.spool_dir, rank) / spool.HEARTBEAT)
-            pid = beat.get("pid") if isinstance(beat, dict) else None
-            if isinstance(pid, int):
-                pids[rank] = pid
+        if pids is None:
+            pids = {}
+            for rank in self.state.ranks:
+                beat = spool.read_json(spool.rank_dir(self.spool_dir, rank) / spool.HEARTBEAT)
+                pid = beat.get("pid") if isinstance(beat, dict) else None
+                if isinstance(pid, int):
+                    pids[rank] = pid
         self.sampler = HardwareSampler(pids=pids)
         for note in self.sampler.notes:
             self.progress(f"hardware sampler: {note}")

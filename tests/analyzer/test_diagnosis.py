@@ -299,6 +299,29 @@ def test_communication_slower_without_peers_working_more_is_reported() -> None:
     assert top.evidence["unexplained_ms_per_step"] > 15
 
 
+def test_two_ranks_never_make_a_communication_outlier() -> None:
+    # Two ranks leave each collective together: the one that waits longer only arrived first.
+    from tests.analyzer.conftest import COMM as comm_name
+
+    job = SyntheticJob(n_ranks=2, seed=17, faults=[Fault([1], comm_name, "communication", 25.0)])
+    verdict = run(job).verdict
+    assert not [f for f in verdict.findings if f.category == "communication"], verdict.to_json()
+
+
+AUTOGRAD_ENTRY = "<built-in method run_backward of torch._C._EngineBase object>"
+
+
+def test_longer_autograd_without_cpu_samples_is_not_named_in_data_parallel_jobs() -> None:
+    # DDP waits for its gradient all-reduce inside the autograd engine: without the CPU
+    # accounting that tells work from that wait, a longer backward names nobody.
+    job = SyntheticJob(
+        n_ranks=4, seed=5, faults=[Fault([1], AUTOGRAD_ENTRY, "python", extra_ms=30.0)]
+    )
+    analysis = run(job)
+    assert not culprit_findings(analysis), analysis.verdict.to_json()
+    assert any("run_backward" in note and "not named" in note for note in analysis.capture.notes)
+
+
 def test_findings_sorted_by_severity() -> None:
     job = SyntheticJob(
         n_ranks=8,

@@ -52,3 +52,7 @@ def test_a_short_job_is_diagnosed_from_the_step_after_its_warm_up(
     assert [w.state for w in verdict.workers] == ["ok", "ok"]
     assert f"every rank captures steps {warmup + 1}–{warmup + capture}" in result.stderr
     assert "began at different steps" not in result.stderr
+    # The rank processes were sampled from their start, so even a window over in a fraction of
+    # a second has its CPU accounting.
+    assert (out / "workers" / "0" / "hardware.parquet").exists()
+    assert verdict.workers[0].rank == 0
