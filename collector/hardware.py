@@ -91,6 +91,10 @@ class _Reader:
     failed: bool = False
 
 
+def _no_nvidia_driver(exc: BaseException) -> bool:
+    return isinstance(exc, ImportError) or type(exc).__name__ == "NVMLError_LibraryNotFound"
+
+
 class HardwareSampler:
     """Start with `start()`, read with `snapshot()` (while running) or `stop()`.
 
@@ -224,7 +228,10 @@ class HardwareSampler:
             count = int(pynvml.nvmlDeviceGetCount())
         except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, DriverNotLoaded…
             note = f"no GPU sampled (NVML unavailable: {type(exc).__name__}: {exc}); host only"
-            self.notes.append(note)
+            if not _no_nvidia_driver(exc):
+                # A machine without NVIDIA's library has no GPU to sample: nothing to tell
+                # the user (the log still says it once).
+                self.notes.append(note)
             if not _told_no_gpu:
                 _told_no_gpu = True
                 log.info("hardware sampler: %s", note)

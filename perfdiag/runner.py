@@ -131,9 +131,21 @@ def _launch(
         window.launcher_pid = training.pid
         try:
             with SignalForwarding(training) as signals:
-                return _supervise(run, storage, progress, on_verdict, training, signals, window)
-        except StorageError as exc:
-            raise CliError(f"cannot write the capture to {storage.uri}: {exc}") from exc
+                try:
+                    return _supervise(run, storage, progress, on_verdict, training, signals, window)
+                except StorageError as exc:
+                    # A failed capture is reported; the training it was meant to observe
+                    # runs to its end untouched.
+                    window.stop_sampler()
+                    progress(
+                        f"the capture cannot be written to {storage.uri} ({exc}); no verdict. "
+                        "The training goes on to its end (Ctrl-C stops it)…"
+                    )
+                    code = _wait_out(training, signals, progress)
+                    raise CliError(
+                        f"cannot write the capture to {storage.uri}: {exc} (the training ran "
+                        f"to its end, exit code {code})"
+                    ) from exc
         finally:
             training.stop()
 
@@ -505,6 +517,16 @@ def _wait_for_stacks(storage: Storage, expected: list[int], progress: Progress) 
             return
         progress.status(f"waiting for the other nodes' stack dumps: {len(missing)} ranks…")
         time.sleep(1.0)
+
+
+def _wait_out(training: TrainingProcess, signals: SignalForwarding, progress: Progress) -> int:
+    """Wait for the training to end on its own (or for the user's Ctrl-C)."""
+    while True:
+        if signals.received is not None:
+            _stop_on_signal(training, signals, progress)
+        code = training.wait(0.5)
+        if code is not None:
+            return code
 
 
 def _stop_on_signal(

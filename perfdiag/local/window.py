@@ -397,9 +397,17 @@ class WindowCoordinator:
     def _capture_text(self) -> str:
         beats = {rank: beat for rank, beat in self.beats().items() if rank in self.state.missing}
         done = len(self.state.statuses)
+        plan = self.state.plan
+        start = plan.start_step if plan is not None and plan.start_step is not None else None
+        words = {
+            "armed": f"before step {start}" if start is not None else "about to start",
+            "dormant": f"before step {start}" if start is not None else "about to start",
+            "writing": "writing the trace",
+        }
         phases: dict[str, int] = {}
         for beat in beats.values():
-            phases[beat.phase] = phases.get(beat.phase, 0) + 1
+            word = words.get(beat.phase, beat.phase)
+            phases[word] = phases.get(word, 0) + 1
         doing = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
         return (
             f"capturing on {len(self.state.ranks)} ranks: {done} done"

@@ -95,3 +95,29 @@ def test_bad_option_values_are_usage_errors(cli: Any, tmp_path: Path) -> None:
     assert code == 2 and "--capture-steps" in err
     code, _, err = cli("run", "--timeout", "0", "--out", str(tmp_path), "--", "t.py")
     assert code == 2 and "--timeout" in err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--on-slowdown", "fast"), "a percentage, e.g. 5%"),
+        (("--on-slowdown", "0%"), "must be above 0%"),
+        (("--on-slowdown", "5%", "--baseline-steps", "1"), "--baseline-steps must be in 2…1000"),
+        (("--on-slowdown", "5", "--max-captures", "0"), "must be at least 1"),
+    ],
+)
+def test_slowdown_options_are_checked(
+    cli: Any, tmp_path: Path, no_launch: None, options: tuple[str, ...], message: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, _, err = cli("run", "--out", str(tmp_path / "diag"), *options, "--", str(script))
+    assert code == 2, err
+    assert message in err
+
+
+def test_slowdown_option_reads_a_percentage() -> None:
+    from perfdiag.commands.run import _percent
+
+    assert _percent("5%") == 5.0
+    assert _percent(" 2.5 ") == 2.5

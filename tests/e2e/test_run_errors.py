@@ -118,3 +118,29 @@ def test_ctrl_c_stops_the_training(tmp_path: Path, scripts: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.slow
+def test_an_output_that_breaks_mid_capture_never_stops_the_training(tmp_path: Path) -> None:
+    out = tmp_path / "diag"
+    perfdiag = subprocess.Popen(
+        [sys.executable, "-m", "perfdiag.cli", "run", "--nproc-per-node", "2",
+         "--warmup-steps", "20", "--capture-steps", "5", "--out", str(out), "--",
+         str(TRAIN_SCRIPT), "--steps", "150", "--min-seconds", "0"],
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert perfdiag.stderr is not None and perfdiag.stdout is not None
+    seen = []
+    for line in perfdiag.stderr:
+        seen.append(line)
+        if "ranks running" in line:
+            break
+    # The output goes away while the window runs: the folder becomes a file.
+    out.rename(tmp_path / "moved")
+    out.write_text("not a folder any more")
+    rest = perfdiag.stderr.read()
+    stdout = perfdiag.stdout.read()
+    assert perfdiag.wait(timeout=240) == 1, "".join(seen) + rest
+    assert "the capture cannot be written to" in rest
+    assert "the training ran to its end, exit code 0" in rest
+    assert "demo: finished 150 steps" in stdout, stdout + rest

@@ -43,7 +43,8 @@ def test_host_sampling_works_and_a_missing_gpu_is_said_once(
     else:
         assert len(told) == 1, caplog.text  # once per process, however many samplers
         assert all(s.gpu_count == 0 for s in samplers)
-        assert all(any("host only" in note for note in s.notes) for s in samplers)
+        # No NVIDIA library at all (this machine): nothing unusual to tell a user.
+        assert not any("host only" in note for s in samplers for note in s.notes)
     sampler = samplers[0]
     sampler.start()
     deadline = time.monotonic() + 0.6
