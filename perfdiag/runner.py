@@ -116,7 +116,7 @@ def _launch(
     with tempfile.TemporaryDirectory(prefix="perfdiag-") as tmp:
         hook_dir = materialize(Path(tmp) / "hook")
         spool_dir = run.spool_dir or Path(tmp) / "spool"
-        spool_dir.mkdir(parents=True, exist_ok=True)
+        _check_spool(spool_dir)
         plan_path = spool_dir / "plan.json"
         env = training_env(dict(os.environ), hook_dir, spool_dir, plan_path)
         window = WindowCoordinator(run.settings, spool_dir, plan_path, storage, progress)
@@ -191,10 +191,12 @@ def _supervise(
         # A short job can end right after its window: every rank's window is in.
 
     if not window.state.captured:
-        # Every rank's hook gave up on the window: when that is because the processes exited,
-        # say so (training too short, or failed) rather than only relaying the hooks' reasons.
+        # Every rank's hook gave up on the window: when that is because the processes exited
+        # before the window's last step, say so (training too short, or failed) rather than
+        # only relaying the hooks' reasons.
         code = training.wait(ENDED_GRACE_S)
-        if code is not None:
+        window.beats()
+        if code is not None and (code != 0 or window.state.max_step_seen < window.last_step):
             raise _ended_error(code, window, training)
         raise CliError(
             f"no rank produced a usable capture window ({window.state.failures_text()})",
@@ -517,6 +519,18 @@ def _wait_for_stacks(storage: Storage, expected: list[int], progress: Progress) 
             return
         progress.status(f"waiting for the other nodes' stack dumps: {len(missing)} ranks…")
         time.sleep(1.0)
+
+
+def _check_spool(spool_dir: Path) -> None:
+    """The hooks write heartbeats and traces there: an unwritable spool is said before launch
+    (the hooks would only log it, and perfdiag would wait for steps it cannot see)."""
+    try:
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        probe = spool_dir / f".perfdiag-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CliError(f"the spool {spool_dir} is not writable: {exc}") from exc
 
 
 def _wait_out(training: TrainingProcess, signals: SignalForwarding, progress: Progress) -> int:

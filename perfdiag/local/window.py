@@ -202,6 +202,14 @@ class WindowCoordinator:
         worlds = {beat.world_size for beat in beats.values() if beat.world_size}
         self.state.world_size = max(worlds) if worlds else len(beats)
 
+    @property
+    def last_step(self) -> int:
+        """The step after which the planned window is complete (steps counted as the hook
+        counts them: the window ends at the boundary after its last profiled step)."""
+        plan = self.state.plan
+        start = plan.start_step if plan is not None and plan.start_step is not None else 0
+        return start + self.settings.capture_steps + 1
+
     def _steps_text(self, start: int) -> str:
         # Steps count from 0, as the trace's ProfilerStep#<n> and the verdict do.
         last = start + self.settings.capture_steps

@@ -121,3 +121,18 @@ def test_slowdown_option_reads_a_percentage() -> None:
 
     assert _percent("5%") == 5.0
     assert _percent(" 2.5 ") == 2.5
+
+
+def test_an_unwritable_spool_is_said_before_launch(
+    cli: Any, tmp_path: Path, no_launch: None
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a folder cannot be made under a file, even by root
+    code, _, err = cli(
+        "run", "--out", str(tmp_path / "diag"), "--spool", str(blocker / "spool"), "--",
+        str(script),
+    )  # fmt: skip
+    assert code == 1, err
+    assert f"the spool {blocker / 'spool'} is not writable" in err
