@@ -96,7 +96,8 @@ def run_local(
     failed = True
     try:
         result = _launch(run, storage, progress, on_verdict, native_log)
-        failed = False
+        # No verdict (a slowdown that never came): the folder goes too when it holds nothing.
+        failed = result.verdict is None
         return result
     finally:
         wrap_up_output(output, native_log, progress, failed=failed)
