@@ -48,6 +48,8 @@ MAX_PLAN_BYTES = 1 << 20
 # The ends of the last STEP_RING steps are kept (written in place: no allocation that grows) so
 # that the heartbeat can say the mean step time over the last N steps, N ≤ STEP_RING - 2.
 STEP_RING = 1024
+_LAST_SLOT = STEP_RING - 1
+_clock_ns = time.perf_counter_ns  # bound once: the dormant path looks up nothing it can avoid
 DEFAULT_MEAN_STEPS = 50  # N until a `watch` plan names another
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 
@@ -131,7 +133,6 @@ class Hook:
         self.pid = os.getpid()
         # Read on every step boundary (the dormant path).
         self.step_count = 0
-        self.last_step_ns = 0
         self._step_ends = [0] * STEP_RING
         self._step_slot = 0
         self._busy = True  # something to do at the next boundary (the first one starts the thread)
@@ -174,10 +175,9 @@ class Hook:
                     return  # another optimizer of the same iteration
                 self._leader = _reference(optimizer)
             self.step_count += 1
-            now = self.last_step_ns = time.perf_counter_ns()
             slot = self._step_slot
-            self._step_ends[slot] = now
-            self._step_slot = slot + 1 if slot < STEP_RING - 1 else 0
+            self._step_ends[slot] = _clock_ns()
+            self._step_slot = slot + 1 if slot < _LAST_SLOT else 0
             if self._busy:
                 self._boundary_work()
         except Exception as exc:
@@ -190,10 +190,9 @@ class Hook:
                 if self._leader is not None:
                     return  # the optimizer step of this iteration was counted already
             self.step_count += 1
-            now = self.last_step_ns = time.perf_counter_ns()
             slot = self._step_slot
-            self._step_ends[slot] = now
-            self._step_slot = slot + 1 if slot < STEP_RING - 1 else 0
+            self._step_ends[slot] = _clock_ns()
+            self._step_slot = slot + 1 if slot < _LAST_SLOT else 0
             if self._busy:
                 self._boundary_work()
         except Exception as exc:
@@ -451,6 +450,11 @@ class Hook:
             spool.write_json_atomic(spool.stacks_file(self.spool_dir, self.rank, plan.id), dump)
         except OSError as exc:
             self._log_once(f"stacks:{exc}", f"cannot write the stacks of plan {plan.id}: {exc}")
+
+    @property
+    def last_step_ns(self) -> int:
+        """When the last step ended (perf_counter_ns; 0 before the first)."""
+        return self._step_ends[self._step_slot - 1] if self.step_count else 0
 
     def step_times_ms(self, steps: int) -> Optional[Tuple[float, float]]:
         """(mean, longest) duration of the last `steps` steps, in ms (daemon thread: reads the
