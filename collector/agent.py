@@ -491,13 +491,48 @@ def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | 
         return None
 
 
+def _plan_file_id(plan_file: Path) -> str | None:
+    """The id of the plan in the plan file: a plan JSON file, or the downward-API annotations
+    file of a pod (where the plan is the annotation perfdiag.io/plan), as the hook reads it."""
+    from perfdiag.collector.hook_plan import PlanError, plan_json
+
+    try:
+        text = plan_json(plan_file.read_bytes())
+        plan = json.loads(text) if text is not None else None
+    except (OSError, PlanError, ValueError):
+        return None
+    if not isinstance(plan, dict) or plan.get("action") == "stacks":
+        return None  # a stacks plan has no statuses of its own: the capture's go on
+    plan_id = plan.get("id")
+    return plan_id if isinstance(plan_id, str) and plan_id else None
+
+
 def _current_plan(spool_dir: Path, rank: int, plan_file: Path | None) -> str | None:
+    """The plan whose status to upload: the plan file's (a `watch` plan is only there: the hook
+    names the plans it captures for in its heartbeat), else the heartbeat's."""
     if plan_file is not None:
-        plan = spool.read_json(plan_file)
-        if isinstance(plan, dict) and isinstance(plan.get("id"), str) and plan["id"]:
-            return str(plan["id"])
+        plan_id = _plan_file_id(plan_file)
+        if plan_id is not None:
+            return plan_id
     plan_id = _heartbeat(spool_dir, rank).get("plan_id")
     return plan_id if isinstance(plan_id, str) and plan_id else None
+
+
+def _step_times(beat: dict[str, Any]) -> dict[str, Any]:
+    """The heartbeat's mean and longest step over its last `mean_steps` steps (the slowdown
+    trigger's input), when it has them."""
+    mean, longest, steps = beat.get("mean_step_ms"), beat.get("max_step_ms"), beat.get("mean_steps")
+    if not (
+        isinstance(mean, (int, float))
+        and isinstance(longest, (int, float))
+        and isinstance(steps, int)
+        and not isinstance(steps, bool)
+        and mean >= 0
+        and longest >= 0
+        and steps >= 1
+    ):
+        return {}
+    return {"mean_step_ms": float(mean), "max_step_ms": float(longest), "mean_steps": steps}
 
 
 def _heartbeat_status(
@@ -530,6 +565,7 @@ def _heartbeat_status(
         files=final.files if final else [],
         error=(final.error if final else None) or _text(beat.get("error")),
         blocked_in=blocked_in(beat),
+        **_step_times(beat),
     )
     text = status.model_dump_json()
     previous = state.last_status.get(rank)

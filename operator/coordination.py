@@ -1,10 +1,18 @@
 """Capture coordination: decisions from Pending (target found) to a verdict (pure).
 
+  Pending ──watch──▶ Watching ──slowdown: arm──▶ Capturing   (spec.trigger)
   Pending ──arm──▶ Capturing ──all workers reported, deadline, or stuck workers' stacks in──▶
   Analyzing ──Job done──▶ Succeeded (Ready=True, status.verdict) | Failed (Stalled=True)
 
 While capturing, workers whose step stops advancing (perfdiag.stall) get a `stacks` plan; their
 dumps are copied into the capture before the analyzer runs (a hang verdict).
+
+With spec.trigger, a `watch` plan goes first: the hooks report their mean step time over the
+rule's steps, the agents upload it with their status, and the slowdown rule (perfdiag.slowdown,
+its state kept in status.watch) judges the job's slowest rank at every pass. When it fires, the
+capture plan begins at a step ahead of the ranks (`start_step`: every rank captures the same
+steps, whenever its downward-API file shows the plan), and what fired is written into the
+capture as trigger.json (the verdict carries it).
 
 The reconciler reads the world (pods, worker status.json files, the analyzer Job,
 verdict.json), calls `decide`, carries out its actions (write the plan on the pods, create
@@ -17,25 +25,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from perfdiag.api.diagnosis import (
+    MAX_BASELINE_CANDIDATES,
     Artifacts,
     FindingSummary,
+    FiredSlowdown,
     PerfDiagnosisSpec,
     PerfDiagnosisStatus,
+    StepTime,
     VerdictStatusSummary,
+    WatchStatus,
     WindowStatus,
     WorkersStatus,
 )
-from perfdiag.api.plan import Plan
+from perfdiag.api.plan import Plan, start_step_ahead
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
 from perfdiag.operator.injection import injected, training_container_index
-from perfdiag.operator.settings import INJECT_LABEL, PLAN_ANNOTATION, PREFIX
+from perfdiag.operator.settings import (
+    DEFAULT_CAPTURE_LEAD_SECONDS,
+    INJECT_LABEL,
+    PLAN_ANNOTATION,
+    PREFIX,
+)
 from perfdiag.operator.status import READY, RECONCILING, STALLED, Desired, Event, merge_conditions
+from perfdiag.slowdown import StepReport, Track, advance_job, job_report
 from perfdiag.stall import (
     DEFAULT_MIN_S,
     DEFAULT_STEP_FACTOR,
@@ -49,6 +67,10 @@ DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagn
 MAX_PLAN_ID = 128
 TOP_FINDINGS = 5
 STACKS_SUFFIX = "-stacks"
+WATCH_SUFFIX = "-watch"
+WATCH_PLAN_DAYS = 30
+"""A watch plan lasts as long as the training; its deadline only bounds it (and, while it sits
+on the pods, keeps other diagnoses of the job waiting)."""
 STACKS_WAIT_S = 30.0
 """How long the ranks have to answer a `stacks` plan (its deadline); the hooks answer within a
 second or two, from their own thread, even while training is blocked."""
@@ -58,6 +80,12 @@ def plan_id(name: str, uid: str) -> str:
     """Deterministic per PerfDiagnosis object: re-arming after a restart sends the same id, which
     hooks that already took it ignore."""
     return f"{name[: MAX_PLAN_ID - len(uid) - 1 - len(STACKS_SUFFIX)]}-{uid}"
+
+
+def watch_plan_id(capture_plan: str) -> str:
+    """The `watch` plan of spec.trigger; the agents upload its worker statuses under
+    <storage>/<namespace>/<this id>/ (the capture's prefix + WATCH_SUFFIX)."""
+    return f"{capture_plan}{WATCH_SUFFIX}"
 
 
 def stacks_plan_id(capture_plan: str) -> str:
@@ -116,7 +144,9 @@ class World:
     stacks: frozenset[int] = frozenset()  # ranks whose stack dump (stacks plan) is in storage
 
 
-Action = Literal["arm", "stacks", "launch_job", "disarm", "collect_stacks"]
+Action = Literal[
+    "watch", "arm", "record_trigger", "stacks", "launch_job", "disarm", "collect_stacks"
+]
 
 
 @dataclass
@@ -172,13 +202,18 @@ def decide(
     storage_root: str | None,
     target: str,
     now: datetime,
+    lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS,
 ) -> Decision:
     """The next status and the actions that lead there, for a diagnosis whose target was found
-    (phase Pending) or whose capture is under way (Capturing, Analyzing)."""
+    (phase Pending), that waits for a slowdown (Watching) or whose capture is under way
+    (Capturing, Analyzing). `lead_seconds`: how far ahead of the ranks a triggered window
+    begins (settings.DEFAULT_CAPTURE_LEAD_SECONDS)."""
     if status.phase == "Pending":
         return _pending(
             name, uid, namespace, generation, spec, status, world, storage_root, target, now
         )
+    if status.phase == "Watching":
+        return _watching(generation, spec, status, world, target, now, lead_seconds)
     if status.phase == "Capturing":
         return _capturing(generation, spec, status, world, now)
     if status.phase == "Analyzing":
@@ -236,14 +271,9 @@ def _pending(
             )
             return hold(_running("WaitingForOtherDiagnosis", message))
 
-    plan = Plan(
-        id=mine,
-        action="capture",
-        steps=spec.capture.steps,
-        activities=list(spec.capture.activities),
-        python_stacks=spec.capture.python_stacks,
-        deadline=now + timedelta(seconds=spec.capture.timeout_seconds),
-    )
+    if spec.trigger is not None:
+        return _start_watch(generation, spec, status, world, storage_root, namespace, mine, now)
+    plan = capture_plan(spec, mine, now)
     expected = expected_ranks(world.pods)
     message = (
         f"plan {mine} sent to {len(world.pods)} pod(s): capturing {spec.capture.steps} steps on "
@@ -264,6 +294,224 @@ def _pending(
         }
     )
     return Decision(new, ["arm"], plan, [Event("Normal", "PlanSent", message)])
+
+
+def capture_plan(
+    spec: PerfDiagnosisSpec,
+    plan: str,
+    now: datetime,
+    start_step: int | None = None,
+    lead_s: float = 0.0,
+) -> Plan:
+    """The capture plan; a window that begins ahead (`start_step`) gets the lead on top of the
+    capture's timeout."""
+    return Plan(
+        id=plan,
+        action="capture",
+        steps=spec.capture.steps,
+        activities=list(spec.capture.activities),
+        python_stacks=spec.capture.python_stacks,
+        deadline=now + timedelta(seconds=spec.capture.timeout_seconds + lead_s),
+        start_step=start_step,
+    )
+
+
+def watch_plan(spec: PerfDiagnosisSpec, capture: str, now: datetime) -> Plan:
+    assert spec.trigger is not None
+    return Plan(
+        id=watch_plan_id(capture),
+        action="watch",
+        steps=spec.trigger.slowdown.baseline_steps,
+        deadline=now + timedelta(days=WATCH_PLAN_DAYS),
+    )
+
+
+def _start_watch(
+    generation: int,
+    spec: PerfDiagnosisSpec,
+    status: PerfDiagnosisStatus,
+    world: World,
+    storage_root: str,
+    namespace: str,
+    capture: str,
+    now: datetime,
+) -> Decision:
+    assert spec.trigger is not None
+    rule = spec.trigger.slowdown
+    plan = watch_plan(spec, capture, now)
+    expected = expected_ranks(world.pods)
+    message = (
+        f"plan {plan.id} sent to {len(world.pods)} pod(s): watching {expected} rank(s) for a "
+        f"{rule.percent:g}% slowdown (mean step over {rule.baseline_steps} steps)"
+    )
+    new = status.model_copy(
+        update={
+            "phase": "Watching",
+            "watch": WatchStatus(plan_id=plan.id, start_time=now),
+            "workers": WorkersStatus(expected=expected),
+            "artifacts": Artifacts(prefix=capture_prefix(storage_root, namespace, capture)),
+            "conditions": _conds(status, _running("Watching", message), generation, now),
+        }
+    )
+    return Decision(new, ["watch"], plan, [Event("Normal", "WatchStarted", message)])
+
+
+def step_reports(workers: Mapping[int, WorkerStatus]) -> list[StepReport]:
+    """The workers' step times, as the slowdown rule reads them."""
+    return [
+        StepReport(rank, w.step, w.mean_step_ms, w.mean_steps, w.max_step_ms)
+        for rank, w in sorted(workers.items())
+        if w.mean_step_ms is not None and w.mean_steps is not None
+    ]
+
+
+def _track(watch: WatchStatus) -> Track:
+    return Track(
+        minima=tuple((c.step, c.step_ms) for c in watch.candidates),
+        last_step=watch.rule_step if watch.rule_step is not None else -1,
+        over=watch.over,
+    )
+
+
+def _furthest(workers: Mapping[int, WorkerStatus]) -> tuple[int, float | None]:
+    """The job's furthest step and when it ended (unix seconds, when the worker said)."""
+    if not workers:
+        return 0, None
+    ahead = max(workers.values(), key=lambda w: (w.step, w.last_step_unix or 0.0))
+    return ahead.step, ahead.last_step_unix
+
+
+def _step_rate(
+    watch: WatchStatus,
+    reports: Sequence[StepReport],
+    step: int,
+    step_unix: float | None,
+    now: datetime,
+) -> float | None:
+    """The job's step rate: from the fastest rank's mean step, and from the furthest step's
+    progress since the last pass (timed by the workers' step ends); the higher of the two (a
+    window that begins later is safe, one that begins before a rank has the plan is not)."""
+    rates = [1000.0 / r.mean_step_ms for r in reports if r.mean_step_ms > 0]
+    ended = step_unix if step_unix is not None else now.timestamp()
+    if watch.rate_step is not None and watch.rate_time is not None and step > watch.rate_step:
+        elapsed = ended - watch.rate_time.timestamp()
+        if elapsed > 0:
+            rates.append((step - watch.rate_step) / elapsed)
+    if not rates:
+        return watch.steps_per_second
+    return max(rates)
+
+
+def _watching(
+    generation: int,
+    spec: PerfDiagnosisSpec,
+    status: PerfDiagnosisStatus,
+    world: World,
+    target: str,
+    now: datetime,
+    lead_seconds: float,
+) -> Decision:
+    watch = status.watch or WatchStatus()
+    assert spec.trigger is not None
+    rule = spec.trigger.slowdown.rule()
+    capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
+    if not world.pods or capture is None:
+        message = (
+            f"the pods of {target} are gone before a {rule.percent:g}% slowdown; nothing was "
+            "captured"
+            if capture is not None
+            else "phase Watching without a watch plan (status.watch.planId is unset)"
+        )
+        reason = "TargetGone" if capture is not None else "NoWatch"
+        new = status.model_copy(
+            update={
+                "phase": "Failed",
+                "completion_time": now,
+                "conditions": _conds(status, _stalled(reason, message), generation, now),
+            }
+        )
+        return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+
+    reports = step_reports(world.workers)
+    track, fired = advance_job(_track(watch), reports, rule, max_minima=MAX_BASELINE_CANDIDATES)
+    step, step_unix = _furthest(world.workers)
+    rate = _step_rate(watch, reports, step, step_unix, now)
+    latest = track.latest
+    update: dict[str, Any] = {
+        "reporting": len(world.workers),
+        "over": track.over,
+        "rule_step": track.last_step if track.last_step >= 0 else None,
+        "candidates": [StepTime(step=s, step_ms=ms) for s, ms in track.minima],
+        "baseline_step": track.baseline[0] if track.baseline else None,
+        "baseline_step_ms": track.baseline[1] if track.baseline else None,
+        "steps_per_second": round(rate, 3) if rate is not None else None,
+    }
+    slowest = job_report(reports, rule)
+    if latest is not None and slowest is not None and track.last_step != watch.rule_step:
+        update.update({"step_ms": round(latest[1], 3), "rank": slowest.rank})
+    if world.workers and (watch.rate_step is None or step > watch.rate_step):
+        ended = datetime.fromtimestamp(step_unix, tz=timezone.utc) if step_unix is not None else now
+        update.update({"step": step, "rate_step": step, "rate_time": ended})
+    new_watch = watch.model_copy(update=update)
+
+    if fired is not None:
+        start = start_step_ahead(step, rate, lead_seconds)
+        plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead_seconds)
+        new_watch = new_watch.model_copy(
+            update={"slowdown": FiredSlowdown.model_validate(fired.model_dump())}
+        )
+        message = (
+            f"slowdown: {fired.describe()}; plan {capture} sent: capturing "
+            f"{spec.capture.steps} steps from step {start}"
+        )
+        new = status.model_copy(
+            update={
+                "phase": "Capturing",
+                "watch": new_watch,
+                "window": WindowStatus(
+                    plan_id=capture,
+                    start_step=start,
+                    steps=spec.capture.steps,
+                    deadline=plan.deadline.replace(microsecond=0),
+                    start_time=now,
+                ),
+                "workers": WorkersStatus(expected=expected_ranks(world.pods)),
+                "conditions": _conds(status, _running("Capturing", message), generation, now),
+            }
+        )
+        return Decision(
+            new, ["record_trigger", "arm"], plan, [Event("Warning", "SlowdownDetected", message)]
+        )
+
+    if new_watch.baseline_step_ms is None:
+        progress = (
+            f"watching for a {rule.percent:g}% slowdown: {len(world.workers)} rank(s) "
+            f"reporting, the baseline needs {rule.baseline_steps} steps"
+        )
+    else:
+        change = ((new_watch.step_ms or 0.0) / new_watch.baseline_step_ms - 1.0) * 100.0
+        progress = (
+            f"watching for a {rule.percent:g}% slowdown: step {new_watch.step}, step time "
+            f"{new_watch.step_ms:.1f} ms on rank {new_watch.rank} ({change:+.0f}% against the "
+            f"baseline {new_watch.baseline_step_ms:.1f} ms of step {new_watch.baseline_step})"
+        )
+    if world.storage_error:
+        progress += f"; storage unavailable, retrying: {world.storage_error}"
+    reason = "StorageUnavailable" if world.storage_error else "Watching"
+    actions: list[Action] = []
+    resend: Plan | None = None
+    if watch.plan_id is not None and any(plan_of(p)[0] != watch.plan_id for p in world.pods):
+        actions, resend = ["watch"], watch_plan(spec, capture, now)  # a pod (re)created since
+    new = status.model_copy(
+        update={
+            "watch": new_watch,
+            "workers": (status.workers or WorkersStatus()).model_copy(
+                update={"reporting": len(world.workers)}
+            ),
+            "conditions": _conds(status, _running(reason, progress), generation, now),
+        }
+    )
+    return Decision(new, actions, resend)
 
 
 def stall_policy(spec: PerfDiagnosisSpec) -> StallPolicy:

@@ -28,11 +28,13 @@ from perfdiag.api.diagnosis import (
     PerfDiagnosisStatus,
     Target,
 )
+from perfdiag.api.trigger import Slowdown
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
 from perfdiag.operator.coordination import (
     STACKS_SUFFIX,
+    WATCH_SUFFIX,
     Decision,
     World,
     decide,
@@ -40,6 +42,7 @@ from perfdiag.operator.coordination import (
     plan_annotations,
     plan_of,
     stacks_plan_id,
+    watch_plan_id,
 )
 from perfdiag.operator.kube import ApiException, Kube, status_of
 from perfdiag.operator.settings import PLAN_ANNOTATION, OperatorConfig
@@ -125,7 +128,7 @@ class Reconciler:
                     now=now,
                     recheck_seconds=self.config.recheck_seconds,
                 )
-                capture_started = new.phase in ("Capturing", "Analyzing")
+                capture_started = new.phase in ("Watching", "Capturing", "Analyzing")
                 if capture_started or (new.phase == "Pending" and observation.state == "found"):
                     decision = self._coordinate(obj, spec, new, generation, now)
                     new, extra_events = decision.status, decision.events
@@ -162,9 +165,30 @@ class Reconciler:
             storage_root=self.config.storage,
             target=describe(spec.target),
             now=now,
+            lead_seconds=self.config.capture_lead_seconds,
         )
         for action in decision.actions:
-            if action == "arm":
+            if action == "watch":
+                assert decision.plan is not None
+                for pod in world.pods:
+                    if plan_of(pod)[0] != decision.plan.id:
+                        self.kube.patch_pod(
+                            namespace,
+                            pod["metadata"]["name"],
+                            plan_annotations(decision.plan, name),
+                        )
+            elif action == "record_trigger":
+                watch, artifacts = decision.status.watch, decision.status.artifacts
+                assert watch is not None and watch.slowdown is not None and artifacts is not None
+                fired = Slowdown.model_validate(watch.slowdown.model_dump(by_alias=False))
+                try:
+                    _open_storage(artifacts.prefix or "").put_text(
+                        layout.TRIGGER, fired.model_dump_json()
+                    )
+                except StorageError as exc:
+                    log.warning("%s/%s: cannot write %s: %s", namespace, name, layout.TRIGGER, exc)
+                    return _storage_unavailable(status, generation, now, str(exc))
+            elif action == "arm":
                 assert decision.plan is not None and decision.status.artifacts is not None
                 prefix = decision.status.artifacts.prefix or ""
                 try:
@@ -230,9 +254,15 @@ class Reconciler:
         if prefix is None or status.phase == "Pending":
             return world
         try:
+            if status.phase == "Watching":
+                watch = status.watch.plan_id if status.watch else None
+                storage = _open_storage(f"{prefix}{WATCH_SUFFIX}")
+                return World(pods=pods, workers=_worker_statuses(storage, watch))
             storage = _open_storage(prefix)
             if status.phase == "Capturing":
-                workers = _worker_statuses(storage, status)
+                workers = _worker_statuses(
+                    storage, status.window.plan_id if status.window else None
+                )
                 stacks = _stack_dumps(prefix, status, pods)
                 return World(pods=pods, workers=workers, stacks=stacks)
             raw_job = self.kube.get_job(namespace, job_name(name, uid))
@@ -271,6 +301,11 @@ class Reconciler:
     ) -> int:
         plan_id = status.window.plan_id if status and status.window else None
         ours = {plan_id, stacks_plan_id(plan_id)} if plan_id is not None else set()
+        watch = status.watch.plan_id if status and status.watch else None
+        if watch is not None:
+            ours.add(watch)
+        elif plan_id is not None:
+            ours.add(watch_plan_id(plan_id))
         changed = 0
         for pod in pods:
             annotations = pod["metadata"].get("annotations") or {}
@@ -309,9 +344,8 @@ class Reconciler:
         return self._disarm(namespace, status, pods)
 
 
-def _worker_statuses(storage: Storage, status: PerfDiagnosisStatus) -> dict[int, WorkerStatus]:
+def _worker_statuses(storage: Storage, plan_id: str | None) -> dict[int, WorkerStatus]:
     """Every worker's status.json of this plan (older plans' files are ignored)."""
-    plan_id = status.window.plan_id if status.window else None
     found: dict[int, WorkerStatus] = {}
     for key in storage.list(f"{layout.WORKERS}/"):
         rank = layout.rank_of_worker_key(key)

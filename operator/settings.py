@@ -32,6 +32,12 @@ COMPONENT = "perfdiag-operator"
 
 RECHECK_ENV = "PERFDIAG_RECHECK_SECONDS"
 DEFAULT_RECHECK_SECONDS = 15.0
+CAPTURE_LEAD_ENV = "PERFDIAG_CAPTURE_LEAD_SECONDS"
+DEFAULT_CAPTURE_LEAD_SECONDS = 90.0
+"""How far ahead of the ranks a triggered capture window begins, in seconds at the job's step
+rate: the kubelet rewrites a pod's downward-API file (where the hooks read the plan) at its
+periodic sync, within about a minute of the annotation changing, and the step counts the
+operator saw are a few seconds old (the agents' uploads, the recheck)."""
 DEFAULT_IMAGE = f"ghcr.io/perfdiag/perfdiag:{__version__}"
 DEFAULT_STORAGE_SECRET = "perfdiag-storage"
 
@@ -95,6 +101,7 @@ class OperatorConfig:
     analyzer_resources: Resources = field(default_factory=lambda: DEFAULT_ANALYZER_RESOURCES)
     analyzer_deadline_seconds: int = 900
     analyzer_ttl_seconds: int = 3600
+    capture_lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS  # spec.trigger's window lead
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -109,6 +116,15 @@ class OperatorConfig:
             if not 0.1 <= value <= 3600:
                 raise ValueError(f"{RECHECK_ENV}={raw!r}: expected 0.1 to 3600 seconds")
             config = replace(config, recheck_seconds=value)
+        raw = env.get(CAPTURE_LEAD_ENV)
+        if raw is not None:
+            try:
+                lead = float(raw)
+            except ValueError:
+                raise ValueError(f"{CAPTURE_LEAD_ENV}={raw!r} is not a number of seconds") from None
+            if not 0 <= lead <= 3600:
+                raise ValueError(f"{CAPTURE_LEAD_ENV}={raw!r}: expected 0 to 3600 seconds")
+            config = replace(config, capture_lead_seconds=lead)
         if env.get("PERFDIAG_IMAGE"):
             config = replace(config, image=env["PERFDIAG_IMAGE"])
         if env.get("PERFDIAG_STORAGE"):

@@ -39,7 +39,7 @@ OWN_CONDITIONS = (READY, RECONCILING, STALLED, TARGET_RESOLVED)
 
 # Phases after Pending belong to the capture and analysis controllers; in them this module only
 # keeps TargetResolved and observedGeneration current.
-PHASE_ORDER = ("Pending", "Capturing", "Analyzing", "Succeeded", "Failed")
+PHASE_ORDER = ("Pending", "Watching", "Capturing", "Analyzing", "Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def compute_status(
             update["phase"] = "Failed"
             update["completion_time"] = now
     else:
-        # Capturing/Analyzing: the capture controller owns Ready/Reconciling/Stalled.
+        # Watching/Capturing/Analyzing: the capture controller owns Ready/Reconciling/Stalled.
         desired = [
             d
             for d in _pending_conditions(observation, recheck_seconds)
@@ -225,10 +225,10 @@ def ttl_expired(spec: PerfDiagnosisSpec, status: PerfDiagnosisStatus | None, now
 
 def needs_cleanup(status: PerfDiagnosisStatus | None) -> bool:
     """Whether deleting the diagnosis leaves something behind to clean up, so the finalizer is
-    needed: while capturing (the plan annotation sits on the target pods) and analyzing (the
-    analyzer Job runs; the garbage collector would delete it through its ownerReference, the
-    operator stops it at once). Storage is kept on purpose."""
-    return status is not None and status.phase in ("Capturing", "Analyzing")
+    needed: while watching or capturing (the plan annotation sits on the target pods) and
+    analyzing (the analyzer Job runs; the garbage collector would delete it through its
+    ownerReference, the operator stops it at once). Storage is kept on purpose."""
+    return status is not None and status.phase in ("Watching", "Capturing", "Analyzing")
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

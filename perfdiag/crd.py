@@ -199,7 +199,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Phase",
         "type": "string",
         "jsonPath": ".status.phase",
-        "description": "Pending, Capturing, Analyzing, Succeeded or Failed.",
+        "description": "Pending, Watching, Capturing, Analyzing, Succeeded or Failed.",
     },
     {
         "name": "Verdict",
@@ -212,6 +212,20 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         "description": "The Ready condition.",
+    },
+    {
+        "name": "Step-ms",
+        "type": "number",
+        "jsonPath": ".status.watch.stepMs",
+        "description": "spec.trigger: the job's current step time, ms (its slowest rank's mean).",
+        "priority": 1,
+    },
+    {
+        "name": "Baseline-ms",
+        "type": "number",
+        "jsonPath": ".status.watch.baselineStepMs",
+        "description": "spec.trigger: the job's baseline step time, ms (its recent best).",
+        "priority": 1,
     },
     {
         "name": "Message",

@@ -17,6 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from perfdiag.api.plan import MAX_CAPTURE_STEPS, Activity
+from perfdiag.api.trigger import (
+    DEFAULT_BASELINE_STEPS,
+    MAX_BASELINE_STEPS,
+    MAX_PERCENT,
+    MIN_BASELINE_STEPS,
+    Slowdown,
+    SlowdownRule,
+)
 from perfdiag.api.verdict import FindingCategory, FindingKind, VerdictStatus
 
 GROUP = "perfdiag.io"
@@ -29,7 +37,7 @@ SHORT_NAMES = ("pdiag",)
 CATEGORIES = ("perfdiag",)
 
 TargetKind = Literal["PyTorchJob", "TrainJob", "Pods"]
-Phase = Literal["Pending", "Capturing", "Analyzing", "Succeeded", "Failed"]
+Phase = Literal["Pending", "Watching", "Capturing", "Analyzing", "Succeeded", "Failed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -392,6 +400,41 @@ class Analysis(CrdModel):
     )
 
 
+class SlowdownTrigger(CrdModel):
+    """Capture when the job slows down: its step time (the slowest rank's mean over the last
+    baselineSteps steps, without the longest of them) is `percent` above its shortest recent
+    value in two consecutive reports. Mirrors perfdiag.api.trigger.SlowdownRule."""
+
+    percent: float = Field(
+        gt=0.0,
+        le=MAX_PERCENT,
+        description=(
+            "How much slower than the baseline, in percent, fires the capture: 5 = a step 5% "
+            f"longer. Above 0, at most {MAX_PERCENT:g}."
+        ),
+    )
+    baseline_steps: int = Field(
+        default=DEFAULT_BASELINE_STEPS,
+        ge=MIN_BASELINE_STEPS,
+        le=MAX_BASELINE_STEPS,
+        description=(
+            "Steps per mean step time (the baseline's and the current one's); the baseline is "
+            f"the shortest mean of the last 20 × baselineSteps steps. {MIN_BASELINE_STEPS} to "
+            f"{MAX_BASELINE_STEPS}."
+        ),
+    )
+
+    def rule(self) -> SlowdownRule:
+        return SlowdownRule(percent=self.percent, baseline_steps=self.baseline_steps)
+
+
+class Trigger(CrdModel):
+    """When to capture, instead of at once: the operator watches the job's step time and
+    captures when the rule fires (phase Watching until then)."""
+
+    slowdown: SlowdownTrigger = Field(description="Capture on a slowdown of the job's steps.")
+
+
 class PerfDiagnosisSpec(CrdModel):
     """A one-shot request: profile every worker of the target for a short synchronized window,
     then compare the workers and name the slow or stuck rank, function and cause."""
@@ -414,6 +457,12 @@ class PerfDiagnosisSpec(CrdModel):
                 "spec.storage is immutable after creation; create a new PerfDiagnosis instead",
                 ".storage",
             ),
+            cel(
+                "has(self.trigger) == has(oldSelf.trigger) && "
+                "(!has(self.trigger) || self.trigger == oldSelf.trigger)",
+                "spec.trigger is immutable after creation; create a new PerfDiagnosis instead",
+                ".trigger",
+            ),
         )
     )
 
@@ -426,6 +475,13 @@ class PerfDiagnosisSpec(CrdModel):
     storage: StorageOverride | None = Field(
         default=None,
         description="Override of the operator's default storage for this capture. Immutable.",
+    )
+    trigger: Trigger | None = Field(
+        default=None,
+        description=(
+            "Capture when the job slows down rather than at once (phase Watching until then). "
+            "Unset: capture at once. Immutable."
+        ),
     )
     analysis: Analysis = Field(
         default_factory=Analysis,
@@ -551,6 +607,78 @@ class VerdictStatusSummary(StatusModel):
     culprit_pods: list[str] = Field(default_factory=list, description="Pods of those ranks.")
 
 
+class FiredSlowdown(StatusModel, Slowdown):
+    """The slowdown that fired the capture (also the capture's trigger.json, and the verdict's
+    trigger)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class StepTime(StatusModel):
+    """The job's step time reported at a step."""
+
+    step: int = Field(ge=0, description="The job's step.")
+    step_ms: float = Field(ge=0.0, description="Its step time, ms.")
+
+
+MAX_BASELINE_CANDIDATES = 32
+"""Candidates for the baseline kept in status.watch (the rule's state; beyond, the oldest go)."""
+
+
+class WatchStatus(StatusModel):
+    """The slowdown watch (spec.trigger): the job's step time against its baseline."""
+
+    plan_id: str | None = Field(
+        default=None, description="Id of the watch plan sent to the workers."
+    )
+    start_time: datetime | None = Field(default=None, description="When the watch plan was sent.")
+    reporting: int = Field(
+        default=0, ge=0, description="Ranks whose step times reached the operator."
+    )
+    step: int | None = Field(
+        default=None, ge=0, description="The job's furthest step in the latest report."
+    )
+    step_ms: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "The job's current step time, ms: the slowest rank's mean over the last "
+            "baselineSteps steps, without the longest of them."
+        ),
+    )
+    rank: int | None = Field(default=None, ge=0, description="The slowest rank.")
+    baseline_step_ms: float | None = Field(
+        default=None, ge=0.0, description="The baseline: the shortest recent step time, ms."
+    )
+    baseline_step: int | None = Field(
+        default=None, ge=0, description="The step at which the baseline was reported."
+    )
+    over: int = Field(
+        default=0, ge=0, description="Consecutive reports over the threshold (2 fire it)."
+    )
+    rule_step: int | None = Field(
+        default=None, ge=0, description="The step of the last report the rule judged."
+    )
+    candidates: list[StepTime] = Field(
+        default_factory=list,
+        max_length=MAX_BASELINE_CANDIDATES,
+        description=(
+            "The rule's state: the reports that may still become the baseline (ascending step "
+            "times, in step order; the first is the baseline)."
+        ),
+    )
+    rate_step: int | None = Field(
+        default=None, ge=0, description="The step seen at rateTime (for the step rate)."
+    )
+    rate_time: datetime | None = Field(default=None, description="When rateStep was seen.")
+    steps_per_second: float | None = Field(
+        default=None, ge=0.0, description="The job's step rate, once known."
+    )
+    slowdown: FiredSlowdown | None = Field(
+        default=None, description="The slowdown that fired the capture, once it fired."
+    )
+
+
 class Artifacts(StatusModel):
     """Where the capture and the results are (URIs: s3://bucket/key or a path)."""
 
@@ -568,7 +696,10 @@ class PerfDiagnosisStatus(StatusModel):
     )
     phase: Phase = Field(
         default="Pending",
-        description="Pending, Capturing, Analyzing, Succeeded or Failed. Never goes backwards.",
+        description=(
+            "Pending, Watching (spec.trigger: waiting for a slowdown), Capturing, Analyzing, "
+            "Succeeded or Failed. Never goes backwards."
+        ),
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -577,6 +708,9 @@ class PerfDiagnosisStatus(StatusModel):
     )
     target: TargetStatus | None = Field(default=None, description="What the target resolved to.")
     workers: WorkersStatus | None = Field(default=None, description="Workers of the capture.")
+    watch: WatchStatus | None = Field(
+        default=None, description="The slowdown watch (spec.trigger)."
+    )
     window: WindowStatus | None = Field(default=None, description="The capture window.")
     verdict: VerdictStatusSummary | None = Field(default=None, description="The verdict, short.")
     artifacts: Artifacts | None = Field(default=None, description="URIs of the results.")

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_BASELINE_STEPS = 50
+MIN_BASELINE_STEPS = 2
 MAX_BASELINE_STEPS = 1000  # the hook keeps the ends of its last 1024 steps
+MAX_PERCENT = 1000.0
 
 
 class SlowdownRule(BaseModel):
@@ -15,10 +17,10 @@ class SlowdownRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    percent: float = Field(gt=0.0, le=1000.0, description="how much slower than the baseline")
+    percent: float = Field(gt=0.0, le=MAX_PERCENT, description="how much slower than the baseline")
     baseline_steps: int = Field(
         default=DEFAULT_BASELINE_STEPS,
-        ge=2,
+        ge=MIN_BASELINE_STEPS,
         le=MAX_BASELINE_STEPS,
         description="steps per mean (the baseline's and the current one's)",
     )
@@ -36,7 +38,7 @@ class Slowdown(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rank: int = Field(ge=0)
+    rank: int = Field(ge=0, description="the rank whose step time fired the rule")
     step: int = Field(ge=0, description="the rank's step when the rule fired")
     mean_step_ms: float = Field(
         gt=0.0, description="its mean step over the last `steps` steps, the longest left out"
@@ -44,7 +46,7 @@ class Slowdown(BaseModel):
     baseline_step_ms: float = Field(gt=0.0, description="its shortest recent mean")
     baseline_step: int = Field(ge=0, description="the step at which the baseline was reported")
     steps: int = Field(ge=1, description="steps per mean")
-    threshold_percent: float = Field(gt=0.0)
+    threshold_percent: float = Field(gt=0.0, description="the rule's percent")
 
     @property
     def percent_over(self) -> float:

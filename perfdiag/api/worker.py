@@ -39,3 +39,14 @@ class WorkerStatus(BaseModel):
         default=None,
         description="Set while the step is late (≥ 2 s): the training thread's innermost frame.",
     )
+    mean_step_ms: float | None = Field(
+        default=None, ge=0.0, description="Mean duration of the last `mean_steps` steps, ms."
+    )
+    max_step_ms: float | None = Field(
+        default=None, ge=0.0, description="The longest of those steps, ms."
+    )
+    mean_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Steps in that mean (a `watch` plan's steps, else the hook's default).",
+    )

@@ -9,7 +9,8 @@ Scenarios (see perfdiag/demo/scenarios.py for what perfdiag should conclude):
   healthy            no fault
   python-hotspot     the fault rank runs a pure-Python "tokenizer" over each batch
   compute-straggler  the fault rank runs extra matrix multiplications (aten work) each step
-  slowdown           the fault rank turns slow at step 100 (the tokenizer from then on)
+  slowdown           the fault rank turns slow at step 100 (the tokenizer from then on), or
+                     once --slowdown-file exists
   dataloader-stall   the fault rank's Dataset.__getitem__ is slow (a simulated slow read)
 
 It trains at least --steps steps and at least --min-seconds seconds, so the run is long enough
@@ -115,6 +116,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--stop-file", default=None, help="train until this file exists (overrides the above)"
     )
     parser.add_argument("--max-seconds", type=float, default=900.0, help="never train longer")
+    parser.add_argument(
+        "--slowdown-file",
+        default=None,
+        help=f"slowdown scenario: turn slow once this file exists (not at step {SLOWDOWN_STEP})",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=50, help=f"a multiple of {SYNC_EVERY}")
@@ -144,14 +150,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"demo: {args.scenario}{fault}, {world} ranks", flush=True)
 
     step, epoch, started = 0, 0, time.monotonic()
-    done = False
+    done = slow = False
     while not done:
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
-            if faulty and (
-                args.scenario == "python-hotspot"
-                or (args.scenario == "slowdown" and step >= SLOWDOWN_STEP)
-            ):
+            if faulty and args.scenario == "slowdown" and not slow:
+                slow = (
+                    os.path.exists(args.slowdown_file)
+                    if args.slowdown_file
+                    else step >= SLOWDOWN_STEP
+                )
+            if faulty and (args.scenario == "python-hotspot" or slow):
                 tokenize(args.batch_size, 290)
             if faulty and args.scenario == "compute-straggler":
                 extra_compute(256, 28)

@@ -93,3 +93,41 @@ def test_the_rule_is_validated() -> None:
     with pytest.raises(ValidationError):
         SlowdownRule(percent=5, baseline_steps=5000)
     assert SlowdownRule(percent=5).factor == pytest.approx(1.05)
+
+
+def test_the_pure_track_is_the_watch_and_stays_small() -> None:
+    """`advance` (the state a PerfDiagnosis status keeps) decides as SlowdownWatch does, and
+    `max_minima` bounds it."""
+    from perfdiag.slowdown import Track, advance
+
+    rule = SlowdownRule(percent=5)
+    means = [20.0, 19.0, 19.5, 21.5, 20.2, 19.9, 21.9, 22.0, 18.0, 25.0, 25.5, 30.0]
+    watch = SlowdownWatch(rule)
+    track = Track()
+    for index, mean in enumerate(means):
+        report = StepReport(0, 60 + 25 * index, mean, N, max_step_ms=mean)
+        track, fired = advance(track, report, rule)
+        assert fired == watch.observe(report)
+    assert track.baseline == (260, 18.0) and track.latest == (335, 30.0)
+    rising = Track()
+    for index in range(10):
+        report = StepReport(0, 60 + 25 * index, 20.0 + index * 0.1, N, max_step_ms=20.0)
+        rising, _ = advance(rising, report, SlowdownRule(percent=50), max_minima=4)
+    assert len(rising.minima) == 4 and rising.minima[-1][0] == 60 + 25 * 9
+
+
+def test_the_job_view_judges_the_slowest_rank_at_the_furthest_step() -> None:
+    from perfdiag.slowdown import Track, advance_job, job_report
+
+    rule = SlowdownRule(percent=5)
+    reports = [
+        StepReport(0, 100, 20.0, N, max_step_ms=20.0),
+        StepReport(1, 98, 24.0, N, max_step_ms=60.0),  # without its longest: 1140 / 49
+        StepReport(2, 101, 21.0, 10),  # another mean length: not judged
+    ]
+    job = job_report(reports, rule)
+    assert job is not None and (job.rank, job.step) == (1, 100)
+    assert job.typical_step_ms == pytest.approx(1140 / 49)
+    track, fired = advance_job(Track(), reports, rule)
+    assert fired is None and track.baseline == (100, pytest.approx(1140 / 49))
+    assert advance_job(track, [], rule) == (track, None)

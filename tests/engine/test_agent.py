@@ -171,6 +171,26 @@ def test_heartbeats_follow_the_plan_file_and_phase(spool_copy: Path, tmp_path: P
     assert status_of(p2).step == beat["step"]
 
 
+def test_a_watch_plan_in_the_pods_annotations_gets_the_step_times(
+    spool_copy: Path, tmp_path: Path
+) -> None:
+    """On Kubernetes the plan file is the downward-API annotations file; a `watch` plan is
+    only there (the hook names no plan in its heartbeat), and its statuses carry the hook's
+    mean and longest step for the slowdown trigger."""
+    base = LocalStorage(tmp_path / "store")
+    plan = json.dumps({"id": "d-uid-watch", "action": "watch", "steps": 20})
+    plan_file = tmp_path / "annotations"
+    plan_file.write_text(f'perfdiag.io/injected="0.1.0"\nperfdiag.io/plan={json.dumps(plan)}\n')
+    beat_path = spool.rank_dir(spool_copy, 0) / spool.HEARTBEAT
+    beat = json.loads(beat_path.read_text())
+    beat.update(mean_step_ms=52.5, max_step_ms=80.0, mean_steps=20, updated_unix=time.time())
+    spool.write_json_atomic(beat_path, beat)
+    run_agent(spool_copy, base, stop=threading.Event(), once=True, plan_file=plan_file)
+    status = status_of(LocalStorage(tmp_path / "store" / "d-uid-watch"))
+    assert (status.plan_id, status.phase) == ("d-uid-watch", "dormant")
+    assert (status.mean_step_ms, status.max_step_ms, status.mean_steps) == (52.5, 80.0, 20)
+
+
 def test_storage_errors_are_retried_until_storage_comes_back(
     spool_copy: Path, tmp_path: Path
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.api.plan import Plan
 from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, WorkerInfo
@@ -16,7 +18,9 @@ from perfdiag.operator.coordination import (
     expected_ranks,
     plan_annotations,
     plan_id,
+    stacks_plan_id,
     verdict_summary,
+    watch_plan_id,
 )
 
 NOW = datetime(2026, 11, 22, 2, 0, 0, tzinfo=timezone.utc)
@@ -328,3 +332,175 @@ def test_analyzer_job_resources_and_storage_endpoint() -> None:
 
 def test_expected_ranks_from_pod_env() -> None:
     assert expected_ranks([_pod("a", nproc="8"), _pod("b", nproc="auto")]) == 9
+
+
+# ---- spec.trigger: Pending → Watching → Capturing ------------------------------------------
+
+TRIGGERED = PerfDiagnosisSpec.model_validate(
+    {
+        "target": {"kind": "PyTorchJob", "name": "bert"},
+        "capture": {"steps": 10, "timeoutSeconds": 300},
+        "trigger": {"slowdown": {"percent": 10, "baselineSteps": 20}},
+    }
+)
+WATCH_ID = f"d-{UID}-watch"
+
+
+def _watch_step(
+    status: PerfDiagnosisStatus, world: World, *, now: datetime, lead: float = 90.0
+) -> Any:
+    """One reconcile pass: the status goes to the API server and back between passes."""
+    decision = decide(
+        name="d", uid=UID, namespace="ns", generation=1, spec=TRIGGERED,
+        status=PerfDiagnosisStatus.model_validate(status.to_wire()), world=world,
+        storage_root=ROOT, target="PyTorchJob bert", now=now, lead_seconds=lead,
+    )  # fmt: skip
+    return decision
+
+
+def _watchers(step: int, means: dict[int, float], at: datetime) -> dict[int, WorkerStatus]:
+    """The watch plan's status.json of each rank: its mean over the last 20 steps (every step
+    alike, so the longest equals the mean)."""
+    t = at.timestamp()
+    return {
+        rank: WorkerStatus(
+            rank=rank,
+            plan_id=WATCH_ID,
+            phase="dormant",
+            step=step,
+            last_step_unix=t,
+            updated_unix=t,
+            mean_step_ms=mean,
+            max_step_ms=mean,
+            mean_steps=20,
+        )
+        for rank, mean in means.items()
+    }
+
+
+def _watching_pods() -> list[dict[str, Any]]:
+    plan = Plan(id=WATCH_ID, action="watch", steps=20, deadline=NOW + timedelta(days=30))
+    notes = plan_annotations(plan, "d")["metadata"]["annotations"]
+    return [_pod("bert-master-0", **notes), _pod("bert-worker-0", **notes)]
+
+
+def _start_watching() -> PerfDiagnosisStatus:
+    world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0")])
+    decision = _watch_step(PerfDiagnosisStatus(), world, now=NOW)
+    status: PerfDiagnosisStatus = decision.status
+    return status
+
+
+def test_a_trigger_sends_a_watch_plan_first() -> None:
+    world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0")])
+    decision = _watch_step(PerfDiagnosisStatus(), world, now=NOW)
+    assert decision.actions == ["watch"]
+    plan = decision.plan
+    assert (plan.id, plan.action, plan.steps) == (WATCH_ID, "watch", 20)
+    assert plan.deadline >= NOW + timedelta(days=7)  # as long as the training
+    status = decision.status
+    assert status.phase == "Watching"
+    assert status.watch.plan_id == WATCH_ID
+    assert status.window is None
+    assert status.workers.expected == 4
+    # The capture's prefix is known already; the watch's statuses go beside it.
+    assert status.artifacts.prefix == f"{ROOT}/ns/d-{UID}"
+    assert _cond(status, "Reconciling")[:2] == ("True", "Watching")
+    assert [e.reason for e in decision.events] == ["WatchStarted"]
+    assert "10% slowdown" in decision.events[0].message
+    # Deterministic, and under the plan id's limit for the longest names.
+    assert _watch_step(PerfDiagnosisStatus(), world, now=NOW).plan.id == WATCH_ID
+    long_name = watch_plan_id(plan_id("x" * 253, UID))
+    assert len(long_name) <= 128 and len(stacks_plan_id(plan_id("x" * 253, UID))) <= 128
+
+
+def test_steady_step_times_do_not_fire() -> None:
+    status = _start_watching()
+    pods = _watching_pods()
+    means = [50.0, 49.0, 50.5, 51.0, 49.5, 50.2, 52.0, 50.0]
+    for index, mean in enumerate(means):
+        at = NOW + timedelta(seconds=15 * (index + 1))
+        workers = _watchers(100 + 40 * index, {0: mean, 1: mean, 2: mean - 1, 3: mean}, at)
+        decision = _watch_step(status, World(pods=pods, workers=workers), now=at)
+        assert decision.actions == [], decision.status.watch
+        status = decision.status
+        assert status.phase == "Watching"
+    watch = status.watch
+    # The job's step time is its slowest rank's; the baseline its shortest in 20 × 20 steps.
+    assert watch.baseline_step_ms == 49.0 and watch.baseline_step == 140
+    assert watch.step_ms == 50.0 and watch.step == 380 and watch.rank == 0
+    assert watch.over == 0 and watch.slowdown is None
+    assert watch.steps_per_second == pytest.approx(1000 / 49, abs=0.01)  # the fastest rank
+    assert len(watch.candidates) <= 3
+    message = _cond(status, "Reconciling")[2]
+    assert "step time 50.0 ms on rank 0" in message and "baseline 49.0 ms" in message
+    # Reports the rule does not judge (the hook's default mean before it took the plan) count
+    # as reporting but set no baseline.
+    fresh = _start_watching()
+    other = _watchers(60, {0: 50.0}, NOW)
+    other[0] = other[0].model_copy(update={"mean_steps": 50})
+    first = _watch_step(fresh, World(pods=pods, workers=other), now=NOW).status
+    assert first.watch.baseline_step_ms is None and first.watch.reporting == 1
+    assert "the baseline needs 20 steps" in _cond(first, "Reconciling")[2]
+
+
+def test_a_slowdown_fires_a_capture_ahead_of_the_ranks() -> None:
+    status = _start_watching()
+    pods = _watching_pods()
+    timeline = [(100, 50.0), (200, 50.0), (300, 60.0), (400, 62.0)]
+    decisions = []
+    for index, (step, slow) in enumerate(timeline):
+        at = NOW + timedelta(seconds=15 * (index + 1))
+        workers = _watchers(step, {0: 50.0, 1: 50.0, 2: 50.0, 3: slow}, at)
+        decision = _watch_step(status, World(pods=pods, workers=workers), now=at)
+        decisions.append(decision)
+        status = decision.status
+    assert [d.actions for d in decisions[:3]] == [[], [], []]
+    assert decisions[2].status.watch.over == 1  # once over: not yet
+    fired = decisions[3]
+    assert fired.actions == ["record_trigger", "arm"]
+    assert fired.status.phase == "Capturing"
+    slowdown = fired.status.watch.slowdown
+    assert (slowdown.rank, slowdown.step, slowdown.mean_step_ms) == (3, 400, 62.0)
+    assert (slowdown.baseline_step_ms, slowdown.baseline_step, slowdown.steps) == (50.0, 100, 20)
+    assert slowdown.threshold_percent == 10.0
+    # The capture plan: the same id as a one-shot capture, beginning 90 s ahead at the job's
+    # rate (20 steps/s: the fastest rank's mean of 50 ms), the lead on top of the timeout.
+    plan = fired.plan
+    assert (plan.id, plan.action, plan.steps) == (f"d-{UID}", "capture", 10)
+    assert plan.start_step == 400 + 20 * 90 + 1
+    at = NOW + timedelta(seconds=60)
+    assert plan.deadline == at + timedelta(seconds=300 + 90)
+    window = fired.status.window
+    assert (window.plan_id, window.start_step, window.steps) == (f"d-{UID}", plan.start_step, 10)
+    assert fired.status.artifacts.prefix == f"{ROOT}/ns/d-{UID}"
+    assert [(e.type, e.reason) for e in fired.events] == [("Warning", "SlowdownDetected")]
+    assert "rank 3" in fired.events[0].message and f"from step {plan.start_step}" in (
+        fired.events[0].message
+    )
+    # The status keeps the slowdown in camelCase (the verdict's trigger.json is the model's).
+    wire = fired.status.to_wire()["watch"]["slowdown"]
+    assert wire["meanStepMs"] == 62.0 and wire["thresholdPercent"] == 10.0
+    # A shorter lead (the operator's setting) plans the window nearer.
+    replay = _watch_step(
+        decisions[2].status,
+        World(pods=pods, workers=_watchers(400, {0: 50.0, 3: 62.0}, at)),
+        now=at,
+        lead=5.0,
+    )
+    assert replay.plan.start_step == 400 + 20 * 5 + 1
+
+
+def test_watching_resends_the_plan_to_a_new_pod_and_fails_when_the_pods_are_gone() -> None:
+    status = _start_watching()
+    pods = [*_watching_pods()[:1], _pod("bert-worker-0")]  # recreated without the plan
+    decision = _watch_step(status, World(pods=pods), now=NOW + timedelta(seconds=15))
+    assert decision.actions == ["watch"]
+    assert decision.plan.id == WATCH_ID and decision.plan.action == "watch"
+    assert decision.status.phase == "Watching"
+
+    gone = _watch_step(status, World(pods=[]), now=NOW + timedelta(seconds=30))
+    assert gone.status.phase == "Failed"
+    assert gone.actions == ["disarm"]
+    assert _cond(gone.status, "Stalled")[:2] == ("True", "TargetGone")
+    assert "before a 10% slowdown" in gone.events[0].message

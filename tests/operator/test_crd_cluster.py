@@ -69,6 +69,7 @@ def test_target_capture_and_storage_are_immutable(cluster: Any, kube_namespace: 
         },
         "spec.capture is immutable after creation": {"capture": {"steps": 3}},
         "spec.storage is immutable after creation": {"storage": {"bucket": "elsewhere"}},
+        "spec.trigger is immutable after creation": {"trigger": {"slowdown": {"percent": 5}}},
     }
     for message, change in changes.items():
         result = cluster.kubectl(
@@ -107,6 +108,36 @@ def test_get_shows_the_columns(cluster: Any, kube_namespace: str) -> None:
     assert lines[1].split()[:5] == ["cols", "llama", "Succeeded", "degraded", "True"]
     wide = cluster.kubectl("get", "perfdiag", "-n", kube_namespace, "-o", "wide").stdout
     assert wide.splitlines()[0].split() == [
-        "NAME", "TARGET", "KIND", "PHASE", "VERDICT", "READY", "MESSAGE", "AGE",
+        "NAME", "TARGET", "KIND", "PHASE", "VERDICT", "READY", "STEP-MS", "BASELINE-MS",
+        "MESSAGE", "AGE",
     ]  # fmt: skip
     assert "TrainJob" in wide and "done" in wide
+
+
+def test_a_trigger_is_accepted_with_its_defaults_and_shown_while_watching(
+    cluster: Any, kube_namespace: str
+) -> None:
+    body = cluster.diagnosis(
+        "watcher", {"kind": "PyTorchJob", "name": "bert"}, trigger={"slowdown": {"percent": 5}}
+    )
+    cluster.apply(kube_namespace, body)
+    stored = cluster.get(kube_namespace, "watcher")
+    assert stored is not None
+    assert stored["spec"]["trigger"] == {"slowdown": {"percent": 5, "baselineSteps": 50}}
+    explain = cluster.kubectl("explain", "pdiag.spec.trigger.slowdown.baselineSteps").stdout
+    assert "Steps per mean step time" in explain
+    status = {
+        "status": {
+            "phase": "Watching",
+            "watch": {"planId": "w", "stepMs": 52.5, "baselineStepMs": 48.25, "step": 900,
+                      "candidates": [{"step": 300, "stepMs": 48.25}]},
+        }
+    }  # fmt: skip
+    cluster.kubectl(
+        "patch", "pdiag", "watcher", "-n", kube_namespace, "--subresource=status",
+        "--type=merge", "-p", yaml.safe_dump(status),
+    )  # fmt: skip
+    wide = cluster.kubectl("get", "pdiag", "watcher", "-n", kube_namespace, "-o", "wide").stdout
+    row = wide.splitlines()[1].split()
+    assert row[:3] == ["watcher", "bert", "PyTorchJob"] and "Watching" in row, wide
+    assert "52.5" in row and "48.25" in row, wide

@@ -1,0 +1,149 @@
+"""spec.trigger end to end on the real control plane and MinIO (the setting of test_e2e.py): a
+PerfDiagnosis that watches the job (phase Watching), one rank that turns slow mid-run, the
+slowdown rule firing on the agents' step times, the capture planned ahead of the ranks, and the
+verdict naming the slow rank with what fired it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfdiag.storage import open_storage
+from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
+
+BASELINE_STEPS = 10
+PERCENT = 25  # the slow rank's tokenizer more than doubles the step; a loaded host's noise less
+LEAD_SECONDS = 10  # the local kubelet rewrites the plan file at once; the agents upload every 5 s
+
+
+@pytest.fixture
+def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    if not minio_server.running():
+        minio_server.start()
+    for key, value in minio_server.env().items():
+        monkeypatch.setenv(key, value)
+    root = f"s3://{minio_server.bucket}/perfdiag"
+    monkeypatch.setenv("PERFDIAG_STORAGE", root)
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(LEAD_SECONDS))
+    return root
+
+
+def _wait_webhook(cluster: Any, ns: str) -> None:
+    probe_pod = {
+        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
+        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+    }
+
+    def probe() -> bool:
+        try:
+            pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
+        except cluster.ApiException:
+            return False
+        return bool(pod.spec.init_containers)
+
+    cluster.wait_for(probe, "the pod webhook", timeout=60)
+
+
+def test_a_slowdown_mid_run_fires_the_capture(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    slow_file = tmp_path / "turn-slow"
+    args = [
+        "--scenario=slowdown",
+        f"--fault-rank={FAULT_RANK}",
+        f"--stop-file={tmp_path / 'torchrun-cpu.stop'}",  # running_training's stop file
+        f"--slowdown-file={slow_file}",
+        "--max-seconds=900",
+    ]
+    phases: list[str] = []
+    with cluster.operator(ns):
+        _wait_webhook(cluster, ns)
+        with running_training(cluster, ns, tmp_path, args=args) as training:
+            diagnosis = cluster.diagnosis(
+                "on-slowdown",
+                {"kind": "PyTorchJob", "name": training.name},
+                capture={"steps": 10, "timeoutSeconds": 240},
+                trigger={"slowdown": {"percent": PERCENT, "baselineSteps": BASELINE_STEPS}},
+            )
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(diagnosis))
+
+            def status() -> dict[str, Any]:
+                found = dict((cluster.get(ns, "on-slowdown") or {}).get("status") or {})
+                phase = found.get("phase")
+                if phase and (not phases or phases[-1] != phase):
+                    phases.append(phase)
+                if phase == "Failed":
+                    raise AssertionError(f"diagnosis failed: {found}\n{training.logs()}")
+                return found
+
+            def judged(after: int) -> dict[str, Any] | None:
+                """Watching, with a baseline and a report judged after step `after`."""
+                found = status()
+                watch = found.get("watch") or {}
+                ready = watch.get("baselineStepMs") and watch.get("ruleStep", -1) > after
+                return watch if ready and found["phase"] == "Watching" else None
+
+            try:
+                first = cluster.wait_for(
+                    lambda: judged(2 * BASELINE_STEPS), "a baseline while Watching", timeout=120
+                )
+                # Another report at the steady speed: nothing fires.
+                watch = cluster.wait_for(
+                    lambda: judged(first["ruleStep"]), "a second report", timeout=60
+                )
+                # Every pod got the watch plan.
+                for pod in training.pods:
+                    notes = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations or {}
+                    plan = json.loads(notes["perfdiag.io/plan"])
+                    assert plan["action"] == "watch" and plan["steps"] == BASELINE_STEPS, plan
+                slow_file.touch()  # rank FAULT_RANK turns slow from its next step
+
+                def ready() -> dict[str, Any] | None:
+                    found = status()
+                    ready = [c for c in found.get("conditions") or [] if c["type"] == "Ready"]
+                    return found if ready and ready[0]["status"] == "True" else None
+
+                final = cluster.wait_for(ready, "Ready=True", timeout=300)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{status()}\n{training.logs()}") from None
+            events = cluster.events(ns, "on-slowdown")
+            wide = cluster.kubectl("get", "pdiag", "on-slowdown", "-n", ns, "-o", "wide").stdout
+
+    print(f"\nbaseline before the slowdown: {watch}", flush=True)
+    assert phases[0] in ("Pending", "Watching") and "Watching" in phases, phases
+    assert phases.index("Watching") < phases.index("Succeeded"), phases
+    assert final["phase"] == "Succeeded", final
+    fired = final["watch"]["slowdown"]
+    assert fired["thresholdPercent"] == PERCENT and fired["steps"] == BASELINE_STEPS, fired
+    assert fired["meanStepMs"] >= (1 + PERCENT / 100) * fired["baselineStepMs"], fired
+    window = final["window"]
+    assert window["startStep"] > fired["step"], (window, fired)
+    verdict = final["verdict"]
+    assert verdict["status"] == "degraded", verdict
+    assert FAULT_RANK in verdict["culpritRanks"], verdict
+    # (which finding comes first depends on the host's load: other ranks may be named too)
+    assert any(FAULT_RANK in f["ranks"] for f in verdict["topFindings"]), verdict
+    # What fired is in the capture and in the verdict.
+    prefix = final["artifacts"]["prefix"]
+    trigger = json.loads(open_storage(prefix).get_text("trigger.json"))
+    assert trigger["step"] == fired["step"] and trigger["rank"] == fired["rank"]
+    stored = json.loads(open_storage(prefix).get_text("verdict.json"))
+    assert stored.get("trigger") and stored["trigger"]["step"] == fired["step"], stored
+    reasons = [reason for _, reason in events]
+    assert {"WatchStarted", "SlowdownDetected", "AnalyzerStarted", "VerdictReady"} <= set(
+        reasons
+    ), events
+    # kubectl get -o wide shows the step time and the baseline.
+    header = wide.splitlines()[0].split()
+    assert "STEP-MS" in header and "BASELINE-MS" in header, wide
+    # The plan is gone from the pods once the capture ended.
+    for pod in training.pods:
+        annotations = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations or {}
+        assert "perfdiag.io/plan" not in annotations
