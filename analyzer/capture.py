@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pyarrow as pa
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.worker_files import empty_summary, normalize_summary, read_worker_files
@@ -19,8 +19,10 @@ from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.plan import Plan
 from perfdiag.api.trigger import Slowdown
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.limits import rank_problem
 from perfdiag.schema import WorkerMeta
-from perfdiag.storage import Storage, StorageNotFound, layout
+from perfdiag.storage import Storage, StorageError, StorageNotFound, layout
+from perfdiag.validation import validation_problems
 
 Progress = Callable[[str], None]
 
@@ -42,6 +44,8 @@ class Capture:
     plan: Plan | None = None
     trigger: Slowdown | None = None
     notes: list[str] = field(default_factory=list)
+    input_notes: list[str] = field(default_factory=list)
+    """The inputs the analysis could not use and why (also in `notes`): verdict.json's notes."""
     unreadable: dict[int, str] = field(default_factory=dict)
     """Ranks whose summary exists but cannot be read → why (they count as missing)."""
     collectives: pa.Table | None = None
@@ -64,23 +68,38 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
     say = progress or (lambda _msg: None)
     worker_keys = storage.list(f"{layout.WORKERS}/")
     by_rank: dict[int, set[str]] = {}
+    refused: dict[str, str] = {}  # worker folder → why it is not read
     for key in worker_keys:
         rank = layout.rank_of_worker_key(key)
-        if rank is not None:
-            by_rank.setdefault(rank, set()).add(key.rsplit("/", 1)[1])
-    plan = _read_plan(storage)
-    if not by_rank and plan is None:
+        if rank is None:
+            continue
+        problem = rank_problem(rank)
+        if problem is not None:
+            refused.setdefault(key.rsplit("/", 1)[0], problem)
+            continue
+        by_rank.setdefault(rank, set()).add(key.rsplit("/", 1)[1])
+    notes = [f"ignored {storage.uri_of(folder)}/: {problem}" for folder, problem in refused.items()]
+    plan = _read_plan(storage, notes)
+    if not by_rank:
         from perfdiag.analyzer.kineto_source import find_traces, load_kineto
 
-        traces = find_traces(storage)
+        traces = [] if plan is not None else find_traces(storage)
         if traces:
             return load_kineto(storage, traces, say)
-        raise NoCaptureError(
-            f"no capture in {storage.uri}: looked for {layout.PLAN}, "
-            f"{layout.WORKERS}/<rank>/{layout.SUMMARY} and Kineto traces (*.json, *.json.gz)"
+        if plan is not None:
+            # What a run interrupted before any worker wrote a file leaves: nothing to analyse.
+            raise NoCaptureError(
+                f"no capture in {storage.uri}: {layout.PLAN} is there but no worker wrote a "
+                f"file under {layout.WORKERS}/ (the run was interrupted before the window?)"
+            )
+        looked = (
+            f"looked for {layout.PLAN}, {layout.WORKERS}/<rank>/{layout.SUMMARY} and Kineto "
+            "traces (*.json, *.json.gz)"
         )
+        raise NoCaptureError(f"no capture in {storage.uri}: {'; '.join([looked, *notes])}")
 
     files = read_worker_files(storage, by_rank, say)
+    notes += files.notes
     return Capture(
         source=storage.uri,
         kind="capture",
@@ -90,8 +109,9 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
         stacks=files.stacks,
         flight_recorders=files.flight_recorders,
         plan=plan,
-        trigger=_read_trigger(storage),
-        notes=files.notes,
+        trigger=_read_trigger(storage, notes),
+        notes=notes,
+        input_notes=list(notes),
         unreadable=files.unreadable,
         hardware_keys={
             rank: layout.worker_key(rank, layout.HARDWARE)
@@ -101,24 +121,31 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
     )
 
 
-def _read_trigger(storage: Storage) -> Slowdown | None:
-    try:
-        text = storage.get_text(layout.TRIGGER)
-    except StorageNotFound:
-        return None
-    try:
-        return Slowdown.model_validate_json(text)
-    except ValidationError:
-        return None  # like the plan: it labels the verdict, the capture stands without it
+def _read_trigger(storage: Storage, notes: list[str]) -> Slowdown | None:
+    # Like the plan: it labels the verdict, the capture stands without it.
+    return _read_optional(storage, layout.TRIGGER, Slowdown, notes)
 
 
-def _read_plan(storage: Storage) -> Plan | None:
+def _read_plan(storage: Storage, notes: list[str]) -> Plan | None:
+    # The plan only labels the report; a capture with an odd plan is still analysable.
+    return _read_optional(storage, layout.PLAN, Plan, notes)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read_optional(storage: Storage, key: str, model: type[M], notes: list[str]) -> M | None:
+    """The document `key`, or None when it is absent or unusable (then a note says why)."""
+    origin = storage.uri_of(key)
     try:
-        text = storage.get_text(layout.PLAN)
+        text = storage.get_bytes(key)
     except StorageNotFound:
         return None
+    except StorageError as exc:
+        notes.append(f"ignored {origin}: {exc}")
+        return None
     try:
-        return Plan.model_validate_json(text)
-    except ValidationError:
-        # The plan only labels the report; a capture with an odd plan is still analysable.
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        notes.append(f"ignored {origin}: {validation_problems(exc, limit=1)}")
         return None

@@ -291,5 +291,14 @@ def is_named_function(function: str | None) -> bool:
     return function is not None and function not in (OTHER_FUNCTION, IDLE_FUNCTION)
 
 
+FINDING_CATEGORY = {"annotation": "python", "other": "cpu_op"}
+"""Taxonomy categories a finding names by what they hold: time inside a user's annotation that
+no op covers is Python between ops; other host work is op work."""
+
+
+def finding_category(category: str) -> str:
+    return FINDING_CATEGORY.get(category, category)
+
+
 def is_idle(category: str) -> bool:
     return category == IDLE

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdiag.analyzer.features import Features, is_idle, is_named_function
+from perfdiag.analyzer.features import Features, finding_category, is_idle, is_named_function
 from perfdiag.analyzer.fusion import Contributor, Fusion, SlowWorker
 from perfdiag.analyzer.hardware import ResourceAnomaly
 from perfdiag.analyzer.peers import PeerGroups
@@ -194,7 +194,7 @@ def _function_anomaly(workers: list[SlowWorker], thresholds: Thresholds) -> Repo
         message += f" Same on {ranks_phrase([r for r in ranks if r != lead.rank])}."
     finding = Finding(
         kind="function_anomaly",
-        category=top.category,
+        category=finding_category(top.category),
         function=top.function,
         ranks=ranks,
         # A function cannot lose more time than its worker's whole excess.

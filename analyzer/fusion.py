@@ -24,6 +24,7 @@ from perfdiag.analyzer.features import (
     LEVEL_CATEGORY,
     LEVEL_FUNCTION,
     Features,
+    finding_category,
     is_idle,
     is_named_function,
 )
@@ -448,7 +449,9 @@ def _slow_worker(
         if len(outlying_categories)
         else None
     )
-    root = features.categories[root_k] if root_k is not None else contributors[0].category
+    root = finding_category(
+        features.categories[root_k] if root_k is not None else contributors[0].category
+    )
     basis = "category of the largest contributor to the excess; no hardware samples say otherwise"
     if is_idle(root):
         root = "python"

@@ -21,6 +21,7 @@ from perfdiag.analyzer.capture import Capture, empty_summary, normalize_summary
 from perfdiag.analyzer.collectives import collective_calls, empty_collectives
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from perfdiag.api.breakdown import RankBreakdown
+from perfdiag.limits import rank_problem
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, layout
 from perfdiag.taxonomy import same_columns
@@ -53,12 +54,15 @@ class _Imported:
 
 
 def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
+    from perfdiag.kineto.events import rank_from_name
+
     tables: dict[int, pa.Table] = {}
     metas: dict[int, WorkerMeta] = {}
     files: dict[int, str] = {}
     breakdown: dict[int, RankBreakdown] = {}
     skipped: list[str] = []
     calls: list[pa.Table] = []  # one small table per rank
+    unreadable: dict[int, str] = {}  # rank (from the file name) → why its trace was skipped
     say(f"importing {len(keys)} Kineto trace file(s) from {storage.uri}")
     # One file per core at a time: the reader and the summary spend most of their time in
     # DuckDB, Arrow and numpy, which release the GIL. Each file's events are dropped once it is
@@ -74,6 +78,9 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
             if isinstance(result, str):
                 skipped.append(f"{key}: {result}")
                 say(f"skipped {key}: {result}")
+                named = rank_from_name(Path(key))
+                if named is not None and rank_problem(named) is None:
+                    unreadable.setdefault(named, result)
                 continue
             rank = result.meta.rank
             if rank in files:
@@ -94,12 +101,16 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
             f"Kineto trace ({detail})"
         )
     summary = pa.concat_tables([tables[r] for r in sorted(tables)]) if tables else empty_summary()
+    notes = [f"skipped {s}" for s in skipped]
     return Capture(
         source=storage.uri,
         kind="kineto",
         summary=summary,
         metas=metas,
-        notes=[f"skipped {s}" for s in skipped],
+        notes=notes,
+        input_notes=list(notes),
+        # A rank whose trace was read from another file is not missing.
+        unreadable={r: why for r, why in sorted(unreadable.items()) if r not in metas},
         breakdown=breakdown,
         collectives=pa.concat_tables(calls) if calls else empty_collectives(),
         trace_keys=files,

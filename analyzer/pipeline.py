@@ -48,7 +48,7 @@ from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.verdict import Verdict
 from perfdiag.parquet_io import table_from_bytes
 from perfdiag.schema import WorkerMeta
-from perfdiag.storage import Storage, StorageError, layout, open_storage
+from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
 
 Progress = Callable[[str], None]
 
@@ -162,7 +162,7 @@ def analyze_capture(
     verdict = build_verdict(capture, account, steps, reported, limits)
     if note is not None:
         verdict = verdict.model_copy(
-            update={"summary": f"{verdict.summary} {note}", "notes": [note]}
+            update={"summary": f"{verdict.summary} {note}", "notes": [note, *verdict.notes]}
         )
     if capture.trigger is not None:
         fired = f"Captured on a slowdown: {capture.trigger.describe()}."
@@ -298,13 +298,17 @@ def run_analysis(
     from perfdiag.analyzer.timeline import build_timeline
 
     target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
+    verdict = analysis.verdict
+    late = [n for n in capture.input_notes if n not in verdict.notes]
+    if late:  # inputs found unusable while the timeline was built
+        verdict = verdict.model_copy(update={"notes": [*verdict.notes, *late]})
     if capture.breakdown:
         breakdown = Breakdown(ranks={str(r): b for r, b in sorted(capture.breakdown.items())})
         target.put_text(layout.BREAKDOWN, breakdown.to_json())
     # verdict.json last: its presence tells readers the analysis is complete.
-    target.put_text(layout.VERDICT, analysis.verdict.to_json())
+    target.put_text(layout.VERDICT, verdict.to_json())
     say(_wrote_line(target, breakdown=bool(capture.breakdown)))
-    return analysis.verdict
+    return verdict
 
 
 def _wrote_line(target: Storage, *, breakdown: bool) -> str:
@@ -341,9 +345,15 @@ def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
         return None
 
     def read(rank: int) -> pa.Table | None:
+        key = layout.worker_key(rank, layout.EVENTS)
         try:
-            return table_from_bytes(storage.get_bytes(layout.worker_key(rank, layout.EVENTS)))
-        except (StorageError, pa.ArrowException):
+            return table_from_bytes(storage.get_bytes(key))
+        except StorageNotFound:
             return None  # raw events not kept: the contributor's own name stands
+        except (StorageError, pa.ArrowException, OSError) as exc:
+            note = f"ignored {storage.uri_of(key)}: {exc}"
+            if note not in capture.input_notes:
+                capture.input_notes.append(note)
+            return None
 
     return read

@@ -462,7 +462,11 @@ def _workers_section(analysis: Analysis) -> str:
     comm = features.wait_index if len(features.ranks) else None
     nw = features.non_wait_index
     workers = analysis.verdict.workers
+    # At most MAX_WORKER_ROWS rows, problems first: a world size claimed by the input, far
+    # above the ranks it holds, must not make the page grow with it.
     problem = [w for w in workers if w.state != "ok"]
+    unlisted_problems = problem[MAX_WORKER_ROWS:]
+    problem = problem[:MAX_WORKER_ROWS]
     listed = (
         problem + [w for w in workers if w.state == "ok"][: max(0, MAX_WORKER_ROWS - len(problem))]
     )
@@ -486,8 +490,15 @@ def _workers_section(analysis: Analysis) -> str:
             f"<td>{escape(note)}</td></tr>"
         )
     more = ""
-    if len(listed) < len(workers):
-        more = f'<p class="hint">{len(workers) - len(listed)} more healthy workers not listed.</p>'
+    healthy_unlisted = len(workers) - len(listed) - len(unlisted_problems)
+    if unlisted_problems:
+        ranks = format_ranks(w.rank for w in unlisted_problems)
+        more += (
+            f'<p class="hint">{len(unlisted_problems)} more missing or stuck workers not listed '
+            f"(ranks {escape(ranks)}).</p>"
+        )
+    if healthy_unlisted:
+        more += f'<p class="hint">{healthy_unlisted} more healthy workers not listed.</p>'
     return (
         '<section><h2>Workers</h2><table class="workers"><thead><tr><th class="num">rank</th><th>host</th>'
         '<th>pod</th><th>state</th><th class="num">median step</th><th class="num">outside '

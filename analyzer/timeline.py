@@ -176,7 +176,10 @@ def _raw_table(analysis: Analysis, storage: Storage, rank: int) -> pa.Table | No
 
     try:
         return table_from_bytes(data)
-    except (pa.ArrowInvalid, OSError):
+    except (pa.ArrowInvalid, OSError) as exc:
+        note = f"ignored {storage.uri_of(layout.worker_key(rank, layout.EVENTS))}: {exc}"
+        if note not in capture.input_notes:
+            capture.input_notes.append(note)  # run_analysis adds it to the verdict's notes
         return None
 
 

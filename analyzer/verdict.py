@@ -129,5 +129,17 @@ def build_verdict(
         window=window,
         workers=worker_infos(capture, account),
         findings=[r.finding for r in reported],
+        notes=input_notes(capture),
     )
     return verdict.sorted()
+
+
+def input_notes(capture: Capture) -> list[str]:
+    """Every input the analysis could not use, and why."""
+    # A Kineto folder's unreadable traces are among the input notes already.
+    unreadable = [
+        f"rank {rank} not analysed: {why}"
+        for rank, why in capture.unreadable.items()
+        if rank not in capture.metas and capture.kind == "capture"
+    ]
+    return [*capture.input_notes, *unreadable]

@@ -13,7 +13,6 @@ fails a check goes through the one-file path (`read_summary_file`), which names 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from perfdiag.analyzer.errors import CaptureError
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.limits import world_size_problem
 from perfdiag.process_pool import ProcessPoolError, map_in_processes
 from perfdiag.schema import (
     META_SCHEMA,
@@ -38,7 +38,7 @@ from perfdiag.schema import (
     WorkerMeta,
     read_meta,
 )
-from perfdiag.storage import Storage, StorageNotFound, layout
+from perfdiag.storage import Storage, StorageError, StorageNotFound, layout
 from perfdiag.validation import validation_problems
 
 BATCH_WORKERS = 256
@@ -80,6 +80,7 @@ class _Fetched:
     status_json: dict[int, bytes] = field(default_factory=dict)
     stacks: dict[int, Any] = field(default_factory=dict)
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # files not used, and why
     # Packed: the summaries of SUMMARY_SCHEMA as one table (rows per rank, 0 for the others),
     # the others (older engines' extra columns) apart. One table per batch, not one per
     # worker: 100,000 small tables cost more than their rows, and cross a process cheaply.
@@ -205,6 +206,10 @@ def _decode(origin: str, data: bytes) -> pa.Table:
 def _check_meta(origin: str, rank: int, meta: WorkerMeta) -> None:
     if meta.rank != rank:
         raise CaptureError(f"{origin}: file says rank {meta.rank}, its key says rank {rank}")
+    if meta.world_size is not None:
+        problem = world_size_problem(meta.world_size)
+        if problem is not None:
+            raise CaptureError(f"{origin}: {problem}")
     if not meta.window.step_bounds_ns:
         raise CaptureError(f"{origin}: the window has no steps")
 
@@ -215,24 +220,31 @@ def _fetch_batch(storage: Storage, ranks: Sequence[int], by_rank: dict[int, set[
         names = by_rank[rank]
         if layout.SUMMARY in names:
             _fetch_summary(storage, rank, out)
-        status = _get(storage, rank, layout.STATUS, names)
+        status = _get(storage, rank, layout.STATUS, names, out)
         if status is not None:
             out.status_json[rank] = status
-        stack = _get(storage, rank, layout.STACKS, names)
+        stack = _get(storage, rank, layout.STACKS, names, out)
         if stack is not None:
-            with contextlib.suppress(ValueError):
+            try:
                 out.stacks[rank] = json.loads(stack)
-        recorded = _get(storage, rank, layout.FLIGHT_RECORDER, names)
+            except (ValueError, RecursionError) as exc:
+                origin = storage.uri_of(layout.worker_key(rank, layout.STACKS))
+                out.problems.append(f"ignored {origin}: not readable JSON ({_json_problem(exc)})")
+        recorded = _get(storage, rank, layout.FLIGHT_RECORDER, names, out)
         if recorded is not None:
             out.flight_recorders[rank] = recorded
     return out
 
 
 def _fetch_summary(storage: Storage, rank: int, out: _Fetched) -> None:
-    data = _get(storage, rank, layout.SUMMARY, {layout.SUMMARY})
-    if data is None:
-        return  # listed, then gone: like a worker that never wrote one
     origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+    try:
+        data = storage.get_bytes(layout.worker_key(rank, layout.SUMMARY))
+    except StorageNotFound:
+        return  # listed, then gone: like a worker that never wrote one
+    except StorageError as exc:  # a FIFO, a device, a folder, no permission
+        out.unreadable[rank] = f"{origin}: {exc}"
+        return
     try:
         table = _decode(origin, data)
     except CaptureError as exc:
@@ -260,13 +272,26 @@ def _fetch_one_by_one(storage: Storage, rank: int, data: bytes, out: _Fetched) -
     out.meta_json.append(meta.model_dump_json().encode())
 
 
-def _get(storage: Storage, rank: int, name: str, names: set[str]) -> bytes | None:
+def _get(storage: Storage, rank: int, name: str, names: set[str], out: _Fetched) -> bytes | None:
     if name not in names:
         return None
     try:
         return storage.get_bytes(layout.worker_key(rank, name))
     except StorageNotFound:
         return None
+    except StorageError as exc:  # a FIFO, a device, a folder, no permission: say so, go on
+        out.problems.append(f"ignored {storage.uri_of(layout.worker_key(rank, name))}: {exc}")
+        return None
+
+
+def _json_problem(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at byte {exc.pos}"
+    return str(exc)
 
 
 def _validate(storage: Storage, fetched: list[_Fetched]) -> WorkerFiles:
@@ -297,8 +322,9 @@ def _validate(storage: Storage, fetched: list[_Fetched]) -> WorkerFiles:
             column = pa.array(np.full(table.num_rows, rank, np.int32))
             parts.append(table.set_column(0, "rank", column))
     statuses, notes = _validate_statuses(
-        {r: s for batch in fetched for r, s in batch.status_json.items()}
+        storage, {r: s for batch in fetched for r, s in batch.status_json.items()}
     )
+    notes = [p for batch in fetched for p in batch.problems] + notes
     return WorkerFiles(
         summary=_concat(parts, in_order=not any(batch.odd for batch in fetched)),
         metas=dict(sorted(metas.items())),
@@ -325,16 +351,20 @@ def _validate_metas(
         except CaptureError as exc:
             unreadable[rank] = str(exc)
             continue
-        except (ValueError, ValidationError) as exc:
-            unreadable[rank] = f"{origin}: {exc}"
+        except (ValueError, ValidationError, RecursionError) as exc:
+            unreadable[rank] = (
+                f"{origin}: {_json_problem(exc) if isinstance(exc, RecursionError) else exc}"
+            )
             continue
         metas[rank] = checked
     return metas
 
 
-def _validate_statuses(documents: dict[int, bytes]) -> tuple[dict[int, WorkerStatus], list[str]]:
+def _validate_statuses(
+    storage: Storage, documents: dict[int, bytes]
+) -> tuple[dict[int, WorkerStatus], list[str]]:
     """All status.json documents by one pydantic call. One that fails is read again on its
-    own: unparsable JSON is ignored (as a missing status), an invalid status gets a note."""
+    own and ignored (as a missing status), with a note that says why."""
     ranks = sorted(documents)
     texts = [documents[r] for r in ranks]
     statuses: dict[int, WorkerStatus] = {}
@@ -346,7 +376,12 @@ def _validate_statuses(documents: dict[int, bytes]) -> tuple[dict[int, WorkerSta
             continue
         try:
             document = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError) as exc:
+            origin = storage.uri_of(layout.worker_key(rank, layout.STATUS))
+            notes.append(
+                f"ignored unreadable status of rank {rank}: {origin} is not readable JSON "
+                f"({_json_problem(exc)})"
+            )
             continue
         try:
             statuses[rank] = WorkerStatus.model_validate(document)
@@ -364,10 +399,15 @@ def _validate_all(adapter: TypeAdapter[list[T]], documents: Sequence[bytes]) -> 
     if not documents:
         return []
     try:
-        return list(adapter.validate_json(b"[" + b",".join(documents) + b"]"))
+        parsed_all: list[T | None] = list(adapter.validate_json(b"[" + b",".join(documents) + b"]"))
     except ValidationError as exc:
         errors = exc.errors()
-    if all(e["loc"] and isinstance(e["loc"][0], int) for e in errors):
+    else:
+        if len(parsed_all) == len(documents):
+            return parsed_all
+        # An empty document, or one like `{},{}`, shifted the items: tell them apart below.
+        errors = []
+    if errors and all(e["loc"] and isinstance(e["loc"][0], int) for e in errors):
         # Every error is inside an item: validate the others again without them.
         failed = {int(e["loc"][0]) for e in errors}
         good = [i for i in range(len(documents)) if i not in failed]

@@ -23,6 +23,7 @@ from perfdiag.analyzer.hang import HangDiagnosis, diagnose_hang, read_flight_rec
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.verdict import WorkerInfo
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.limits import MAX_RANKS, rank_problem
 from perfdiag.stall import (
     HEARTBEAT_STALE_S,
     RankProgress,
@@ -69,10 +70,15 @@ def account_workers(
 ) -> WorkerAccount:
     analysed = capture.ranks
     expected = set(analysed) | set(capture.statuses) | set(capture.unreadable)
-    expected |= set(expected_ranks or [])
-    world_sizes = [m.world_size for m in capture.metas.values() if m.world_size]
+    refused = sorted({r for r in expected_ranks or [] if rank_problem(r) is not None})
+    expected |= set(expected_ranks or []) - set(refused)
+    # Workers stating a world size above the limit were refused when read: what is left
+    # allocates at most MAX_RANKS ranks, whatever a file claims.
+    world_sizes = [
+        m.world_size for m in capture.metas.values() if m.world_size and m.world_size > 0
+    ]
     if world_sizes:
-        expected |= set(range(max(world_sizes)))
+        expected |= set(range(min(max(world_sizes), MAX_RANKS)))
     step_s = (median_step_ms or 0.0) / 1000.0
     stall_limit = stall_policy(thresholds).limit_s(step_s or None)
     newest = max((s.updated_unix for s in capture.statuses.values()), default=None)
@@ -110,7 +116,8 @@ def account_workers(
     for rank in sorted(expected - set(analysed) - set(stuck)):
         status = capture.statuses.get(rank)
         if rank in capture.unreadable:
-            missing[rank] = f"summary unreadable: {capture.unreadable[rank]}"
+            what = "trace" if capture.kind == "kineto" else "summary"
+            missing[rank] = f"{what} unreadable: {capture.unreadable[rank]}"
             continue
         if status is None:
             missing[rank] = "no file of this worker in the capture"
@@ -126,6 +133,8 @@ def account_workers(
             )
         missing[rank] = detail
     hang, notes = _hang(capture, stalled)
+    if refused:
+        notes.insert(0, f"expected ranks ignored: {rank_problem(refused[-1])}")
     return WorkerAccount(
         expected=sorted(expected),
         analysed=analysed,

@@ -94,4 +94,7 @@ class Verdict(BaseModel):
         )
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2)
+        # Absent, not null, when nothing fired the capture: readers of the earlier v1 keep
+        # seeing the fields they know.
+        exclude = {"trigger"} if self.trigger is None else None
+        return self.model_dump_json(by_alias=True, indent=2, exclude=exclude)

@@ -4,13 +4,17 @@ traces, and print the verdict (docs/cli.md)."""
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfdiag.cli import CliError
+from perfdiag.cli import CliError, CliInterrupted
+from perfdiag.limits import MAX_RANKS
 from perfdiag.local.progress import Progress
 from perfdiag.local.verdict_text import render_verdict
 from perfdiag.storage import Storage, StorageError, open_storage
+from perfdiag.terminal import safe_json, safe_text
 from perfdiag.validation import validation_problems
 
 if TYPE_CHECKING:
@@ -38,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print verdict.json on stdout")
     parser.add_argument(
         "--expected-ranks",
-        type=int,
+        type=_rank_count,
         default=None,
         metavar="N",
         help="the job had ranks 0..N-1: name the ones missing from the capture",
@@ -54,7 +58,50 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=main)
 
 
+def _rank_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {safe_text(text)!r}") from None
+    if not 1 <= value <= MAX_RANKS:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a number of ranks: give 1 to {MAX_RANKS:,} (docs/limits.md)"
+        )
+    return value
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: unwinds the analysis so that its temporary files are removed."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
 def main(args: argparse.Namespace) -> int:
+    # SIGTERM's default action ends the process at once, leaving the temporary folders of the
+    # analysis behind; raised as an exception, it unwinds them like Ctrl-C does.
+    previous = _install(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(args)
+    except CliError as exc:
+        # Messages name the input (paths, trace contents): printed, they must stay plain text.
+        exc.args = (safe_text(str(exc)),)
+        raise
+    except _Terminated:
+        raise CliInterrupted("terminated (SIGTERM)", 143) from None
+    finally:
+        _install(signal.SIGTERM, previous)
+
+
+def _install(signum: int, handler: Any) -> Any:
+    """signal.signal where it can be called (the main thread), else nothing."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
     from perfdiag.analyzer import analyze
     from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
 
@@ -62,7 +109,11 @@ def main(args: argparse.Namespace) -> int:
     out = _open(args.out) if args.out else None
     expected = list(range(args.expected_ranks)) if args.expected_ranks else None
     thresholds = _thresholds(args.thresholds) if args.thresholds else None
-    progress = Progress(quiet=args.quiet)
+    shown = Progress(quiet=args.quiet)
+
+    def progress(message: str) -> None:
+        shown(safe_text(message))
+
     try:
         verdict = analyze(
             source, out, progress=progress, expected_ranks=expected, thresholds=thresholds
@@ -76,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
         raise CliError(f"{exc}{hint}") from exc
     location = (out or source).uri
     if args.json:
-        print(verdict.to_json())
+        print(safe_json(verdict.to_json()))
     else:
         print(render_verdict(verdict, location=location))
     return 0

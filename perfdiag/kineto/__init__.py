@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeGuard
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +24,7 @@ from perfdiag.kineto.events import (
     trace_span,
 )
 from perfdiag.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, load_trace
+from perfdiag.limits import MAX_RANKS, rank_problem, world_size_problem
 from perfdiag.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, WindowMeta, WorkerMeta, with_meta
 
 __all__ = [
@@ -54,6 +56,12 @@ def read_kineto(path: Path, *, rank: int | None = None) -> tuple[pa.Table, Worke
 def _read_kineto(path: Path, rank: int | None) -> tuple[pa.Table, WorkerMeta]:
     raw = load_trace(path)
     global_rank = trace_rank(raw, rank)
+    world = distributed_info(raw.header).get("world_size")
+    problem = rank_problem(global_rank) or (
+        world_size_problem(world) if _is_int(world) and world > MAX_RANKS else None
+    )
+    if problem is not None:
+        raise TraceError(f"{path}: {problem}")
     steps = profiler_steps(raw)
     if steps:
         bounds = step_bounds(path, steps)
@@ -79,7 +87,7 @@ def trace_rank(raw: RawTrace, rank: int | None) -> int:
     if rank is not None:
         return rank
     found = distributed_info(raw.header).get("rank")
-    if isinstance(found, int) and not isinstance(found, bool) and found >= 0:
+    if _is_int(found) and found >= 0:
         return found
     from_name = rank_from_name(raw.path)
     if from_name is not None:
@@ -108,7 +116,7 @@ def worker_meta(
         pid = max(counts, key=lambda c: c["counts"])["values"]
     values: dict[str, object] = {
         "rank": rank,
-        "world_size": world if isinstance(world, int) and not isinstance(world, bool) else None,
+        "world_size": world if _is_int(world) and 0 < world <= MAX_RANKS else None,
         "host": host if isinstance(host, str) and host else None,
         "pid": pid,
         "window": window,
@@ -119,3 +127,7 @@ def worker_meta(
     }
     values.update(fields)
     return WorkerMeta.model_validate(values)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)

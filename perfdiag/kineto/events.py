@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from perfdiag import taxonomy
 from perfdiag.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, dtype_bytes
+from perfdiag.limits import MAX_STEP
 from perfdiag.schema import EVENTS_SCHEMA
 
 _PROFILER_STEP = r"^ProfilerStep#(?P<n>\d+)$"
@@ -36,7 +37,15 @@ def profiler_steps(raw: RawTrace) -> list[StepSpan]:
     rows = np.flatnonzero(names.mask(per_name))
     if not len(rows):
         return []
-    number = np.asarray(pc.cast(numbers, pa.int64()).fill_null(0).to_numpy())[names.codes[rows]]
+    try:
+        per_number = pc.cast(numbers, pa.int64()).fill_null(0)
+    except pa.ArrowInvalid:  # more digits than an int64 holds
+        per_number = None
+    if per_number is None or pc.max(per_number).as_py() > MAX_STEP:
+        raise TraceError(
+            f"{raw.path}: a ProfilerStep#N number is above the limit of {MAX_STEP} (docs/limits.md)"
+        )
+    number = np.asarray(per_number.to_numpy())[names.codes[rows]]
     start = events["ts_ns"].to_numpy()[rows]
     end = start + events["dur_ns"].to_numpy()[rows]
     # A few ranges: numpy, not Arrow's group_by, whose first call imports pyarrow.acero and
@@ -80,7 +89,7 @@ def trace_span(raw: RawTrace) -> tuple[int, int]:
 
 
 def rank_from_name(path: Path) -> int | None:
-    match = re.search(r"(?:^|[^a-z0-9])rank[-_]?(\d+)", path.name, re.IGNORECASE)
+    match = re.search(r"(?:^|[^a-z0-9])rank[-_]?(\d+)", path.name, re.IGNORECASE | re.ASCII)
     return int(match.group(1)) if match else None
 
 

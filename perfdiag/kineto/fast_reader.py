@@ -31,6 +31,7 @@ from perfdiag.kineto.json_shape import (
     TraceError,
     inflater,
 )
+from perfdiag.regular_file import open_regular
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -100,7 +101,7 @@ class _Reader:
             return None  # not JSON, or an event the scanner cannot read (the general reader will)
         try:
             header = json.loads(self.prefix + b"]" + self.pending)
-        except ValueError:
+        except (ValueError, RecursionError):  # the general reader words the error
             return None
         if not isinstance(header, dict):
             return None
@@ -134,8 +135,11 @@ class _Reader:
         if not readable or wanted is None:
             return False
         for index, start, stop in wanted:
-            # The scanner read the event: json.loads reads it too.
-            self.decoded[index] = json.loads(self.pending[start:stop])
+            # The scanner read the event: json.loads reads it too (unless it nests too deeply).
+            try:
+                self.decoded[index] = json.loads(self.pending[start:stop])
+            except RecursionError:
+                return False
         self.rows += events
         self.closed = closed
         # No whole event yet: wait for twice the text, so that an event longer than a piece
@@ -150,7 +154,7 @@ class _Reader:
 def _pieces(path: Path, size: int) -> Iterator[bytes]:
     """The file's text in pieces of about `size` bytes, gunzipped when it is gzip."""
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(2)
             fh.seek(0)
             if head != GZIP_MAGIC:

@@ -23,6 +23,7 @@ from perfdiag.allocator import system_allocator
 from perfdiag.kineto.fast_reader import PIECE, read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater
+from perfdiag.regular_file import read_regular
 
 __all__ = ["RAW_SCHEMA", "RawTrace", "TraceError", "dtype_bytes", "load_trace"]
 
@@ -80,7 +81,10 @@ def load_trace(path: Path, *, fast: bool = True, piece: int = PIECE) -> RawTrace
     `fast=False` forces the general reader (tests compare the two); `piece` is the text the
     fast reader parses at once."""
     with system_allocator():
-        return _load(path, fast, piece)
+        try:
+            return _load(path, fast, piece)
+        except RecursionError as exc:  # a value nested deeper than Python's stack
+            raise TraceError(f"{path}: not valid JSON: nested too deeply") from exc
 
 
 def _load(path: Path, fast: bool, piece: int) -> RawTrace:
@@ -90,7 +94,7 @@ def _load(path: Path, fast: bool, piece: int) -> RawTrace:
         header, table, decode = result.header, result.table, result.decoded.get
     else:  # the general reader needs the whole text (odd formatting, or an error to word)
         try:
-            blob = path.read_bytes()
+            blob = read_regular(path)
         except OSError as exc:
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         data = _decompress(path, blob)
@@ -135,6 +139,8 @@ def _finish(path: Path, header: dict[str, Any], table: pa.Table) -> pa.Table:
     try:
         ts_ns = pc.cast(pc.multiply(table["ts"], pa.scalar(1000, pa.decimal128(4, 0))), pa.int64())
         base = _base_ns(header)
+        if not -(2**63) <= base < 2**63:
+            raise TraceError(f"{path}: baseTimeNanoseconds is out of range ({base})")
         if base:
             ts_ns = pc.add_checked(ts_ns, base)
         dur_ns = pc.cast(pc.round(pc.multiply(table["dur"], 1000.0)), pa.int64())

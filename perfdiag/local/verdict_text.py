@@ -5,8 +5,10 @@ from __future__ import annotations
 import textwrap
 
 from perfdiag.api import Verdict
+from perfdiag.terminal import safe_text
 
 _MAX_FINDINGS = 5
+_MAX_RUNS = 12  # runs of consecutive ranks listed for "workers not captured"
 
 
 def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
@@ -36,8 +38,12 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
             "   ".join(cells), width=96, initial_indent="    ", subsequent_indent="    "
         )
     if missing:
-        states = ", ".join(f"rank {w.rank} {w.state}" for w in verdict.workers if w.state != "ok")
-        lines.append(f"  workers not captured: {states}")
+        lines += textwrap.wrap(
+            f"workers not captured: {_states(verdict)}",
+            width=96,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
     if verdict.findings:
         lines.append("  findings (most severe first):")
         for index, finding in enumerate(verdict.findings[:_MAX_FINDINGS], start=1):
@@ -59,4 +65,32 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
         base = location.rstrip("/")
         lines.append(f"  verdict: {base}/verdict.json")
         lines.append(f"  report:  {base}/report.html")
-    return "\n".join(lines)
+    # Names and messages come from the traces: no escape sequence of theirs reaches a terminal.
+    return safe_text("\n".join(lines))
+
+
+def _states(verdict: Verdict) -> str:
+    """'ranks 3-7,9 missing; rank 4 stuck': each state's ranks as ranges."""
+    by_state: dict[str, list[int]] = {}
+    for worker in verdict.workers:
+        if worker.state != "ok":
+            by_state.setdefault(worker.state, []).append(worker.rank)
+    return "; ".join(f"{_ranks(ranks)} {state}" for state, ranks in sorted(by_state.items()))
+
+
+def _ranks(ranks: list[int]) -> str:
+    """'rank 4' or 'ranks 0-3,7': consecutive ranks as ranges, the first few runs only."""
+    values = sorted(set(ranks))
+    if len(values) == 1:
+        return f"rank {values[0]}"
+    runs: list[tuple[int, int]] = []
+    for rank in values:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    shown = [
+        str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs[:_MAX_RUNS]
+    ]
+    more = f",… ({len(values)} ranks)" if len(runs) > _MAX_RUNS else ""
+    return f"ranks {','.join(shown)}{more}"

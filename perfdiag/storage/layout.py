@@ -27,6 +27,6 @@ def worker_key(rank: int, name: str) -> str:
 def rank_of_worker_key(key: str) -> int | None:
     """`workers/<rank>/<file>` → rank; anything else → None."""
     parts = key.split("/")
-    if len(parts) == 3 and parts[0] == WORKERS and parts[1].isdigit():
+    if len(parts) == 3 and parts[0] == WORKERS and parts[1].isascii() and parts[1].isdigit():
         return int(parts[1])
     return None

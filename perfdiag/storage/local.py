@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from perfdiag.regular_file import open_regular, read_regular
 from perfdiag.storage.base import Storage, StorageError, StorageNotFound, check_key
 
 
@@ -57,7 +58,7 @@ class LocalStorage(Storage):
     def get_bytes(self, key: str) -> bytes:
         path = self._path(key)
         try:
-            return path.read_bytes()
+            return read_regular(path)
         except FileNotFoundError as exc:
             raise StorageNotFound(f"{path} does not exist") from exc
         except OSError as exc:
@@ -72,9 +73,17 @@ class LocalStorage(Storage):
 
     def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)
-        if not source.is_file():
-            raise StorageNotFound(f"{source} does not exist")
-        LocalStorage(path.parent)._write_via_temp(path, lambda fh: _copy_from(source, fh))
+        try:
+            src = open_regular(source)
+        except FileNotFoundError as exc:
+            raise StorageNotFound(f"{source} does not exist") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {source}: {exc.strerror or exc}") from exc
+        with src:
+            LocalStorage(path.parent)._write_via_temp(
+                path,
+                lambda fh: shutil.copyfileobj(src, fh, 1 << 20),
+            )
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -107,8 +116,3 @@ class LocalStorage(Storage):
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
-
-
-def _copy_from(source: Path, fh: object) -> None:
-    with source.open("rb") as src:
-        shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[arg-type]
