@@ -172,6 +172,13 @@ def main(args: argparse.Namespace) -> int:
 
     target = target_from(args)
     multi_node = nnodes_max(args) > 1
+    if multi_node and args.on_slowdown is not None:
+        # Each node would fire on its own and capture other steps than the rest.
+        raise CliError(
+            "--on-slowdown watches one node's ranks; on several nodes use a PerfDiagnosis "
+            "with spec.trigger (docs/operator.md)",
+            2,
+        )
     settings = window_settings(args, local_ranks=local_world_size(args))
     check_target(target, dict(os.environ))  # before the output folder is created
     output = open_output(args.out or default_out(), shared=multi_node)

@@ -136,3 +136,15 @@ def test_an_unwritable_spool_is_said_before_launch(
     )  # fmt: skip
     assert code == 1, err
     assert f"the spool {blocker / 'spool'} is not writable" in err
+
+
+def test_slowdown_trigger_is_for_one_node(cli: Any, tmp_path: Path, no_launch: None) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, _, err = cli(
+        "run", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+        "--master-port", "29999", "--on-slowdown", "5%", "--out", str(tmp_path / "diag"),
+        "--", str(script),
+    )  # fmt: skip
+    assert code == 2, err
+    assert "on several nodes use a PerfDiagnosis with spec.trigger" in err
