@@ -1,8 +1,10 @@
 """Capture coordination: decisions from Pending (target found) to a verdict (pure).
 
   Pending ──watch──▶ Watching ──slowdown: arm──▶ Capturing   (spec.trigger)
-  Pending ──arm──▶ Capturing ──all workers reported, deadline, or stuck workers' stacks in──▶
+  Pending ──watch──▶ Watching ──step rate measured (or RATE_WAIT_S passed): arm──▶ Capturing
+  Capturing ──all workers reported, deadline, or stuck workers' stacks in──▶
   Analyzing ──Job done──▶ Succeeded (Ready=True, status.verdict) | Failed (Stalled=True)
+  Capturing ──the pods gone before any rank began its window──▶ Failed (EndedBeforeWindow)
 
 While capturing, workers whose step stops advancing (perfdiag.stall) get a `stacks` plan; their
 dumps are copied into the capture before the analyzer runs (a hang verdict).
@@ -13,6 +15,11 @@ its state kept in status.watch) judges the job's slowest rank at every pass. Whe
 capture plan begins at a step ahead of the ranks (`start_step`: every rank captures the same
 steps, whenever its downward-API file shows the plan), and what fired is written into the
 capture as trigger.json (the verdict carries it).
+
+Without a trigger (a one-shot capture) the same watch plan goes first, only to measure the
+ranks' step rate (condition reason MeasuringStepRate): the capture plan then begins the lead
+ahead as well, since it reaches the pods as late. When no rate comes within RATE_WAIT_S, the
+plan goes without a start step (each rank begins at its next step once it sees it).
 
 The reconciler reads the world (pods, worker status.json files, the analyzer Job,
 verdict.json), calls `decide`, carries out its actions (write the plan on the pods, create
@@ -74,6 +81,14 @@ on the pods, keeps other diagnoses of the job waiting)."""
 STACKS_WAIT_S = 30.0
 """How long the ranks have to answer a `stacks` plan (its deadline); the hooks answer within a
 second or two, from their own thread, even while training is blocked."""
+RATE_STEPS = 10
+"""Steps per mean step time in the watch plan of a one-shot capture (it measures the rate)."""
+RATE_WAIT_S = 120.0
+"""How long a one-shot capture waits for the ranks' step rate before it sends its plan without
+a start step: the watch plan reaches a pod at the kubelet's next sync of its downward-API file
+(within about a minute), then its agent uploads every few seconds."""
+MEASURING = "MeasuringStepRate"
+ENDED_BEFORE_WINDOW = "EndedBeforeWindow"
 
 
 def plan_id(name: str, uid: str) -> str:
@@ -205,9 +220,9 @@ def decide(
     lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS,
 ) -> Decision:
     """The next status and the actions that lead there, for a diagnosis whose target was found
-    (phase Pending), that waits for a slowdown (Watching) or whose capture is under way
-    (Capturing, Analyzing). `lead_seconds`: how far ahead of the ranks a triggered window
-    begins (settings.DEFAULT_CAPTURE_LEAD_SECONDS)."""
+    (phase Pending), that waits for a slowdown or measures the step rate (Watching) or whose
+    capture is under way (Capturing, Analyzing). `lead_seconds`: how far ahead of the ranks a
+    window begins (settings.DEFAULT_CAPTURE_LEAD_SECONDS)."""
     if status.phase == "Pending":
         return _pending(
             name, uid, namespace, generation, spec, status, world, storage_root, target, now
@@ -215,7 +230,7 @@ def decide(
     if status.phase == "Watching":
         return _watching(generation, spec, status, world, target, now, lead_seconds)
     if status.phase == "Capturing":
-        return _capturing(generation, spec, status, world, now)
+        return _capturing(generation, spec, status, world, target, now)
     if status.phase == "Analyzing":
         return _analyzing(generation, status, world, now)
     return Decision(status)
@@ -271,29 +286,7 @@ def _pending(
             )
             return hold(_running("WaitingForOtherDiagnosis", message))
 
-    if spec.trigger is not None:
-        return _start_watch(generation, spec, status, world, storage_root, namespace, mine, now)
-    plan = capture_plan(spec, mine, now)
-    expected = expected_ranks(world.pods)
-    message = (
-        f"plan {mine} sent to {len(world.pods)} pod(s): capturing {spec.capture.steps} steps on "
-        f"{expected} rank(s), deadline {plan.deadline:%H:%M:%SZ}"
-    )
-    new = status.model_copy(
-        update={
-            "phase": "Capturing",
-            "window": WindowStatus(
-                plan_id=mine,
-                steps=spec.capture.steps,
-                deadline=plan.deadline.replace(microsecond=0),
-                start_time=now,
-            ),
-            "workers": WorkersStatus(expected=expected),
-            "artifacts": Artifacts(prefix=capture_prefix(storage_root, namespace, mine)),
-            "conditions": _conds(status, _running("Capturing", message), generation, now),
-        }
-    )
-    return Decision(new, ["arm"], plan, [Event("Normal", "PlanSent", message)])
+    return _start_watch(generation, spec, status, world, storage_root, namespace, mine, now)
 
 
 def capture_plan(
@@ -317,11 +310,13 @@ def capture_plan(
 
 
 def watch_plan(spec: PerfDiagnosisSpec, capture: str, now: datetime) -> Plan:
-    assert spec.trigger is not None
+    """The watch plan: the slowdown rule's (spec.trigger), or, for a one-shot capture, the one
+    that measures the step rate (RATE_STEPS)."""
+    steps = spec.trigger.slowdown.baseline_steps if spec.trigger is not None else RATE_STEPS
     return Plan(
         id=watch_plan_id(capture),
         action="watch",
-        steps=spec.trigger.slowdown.baseline_steps,
+        steps=steps,
         deadline=now + timedelta(days=WATCH_PLAN_DAYS),
     )
 
@@ -336,24 +331,32 @@ def _start_watch(
     capture: str,
     now: datetime,
 ) -> Decision:
-    assert spec.trigger is not None
-    rule = spec.trigger.slowdown
     plan = watch_plan(spec, capture, now)
     expected = expected_ranks(world.pods)
-    message = (
-        f"plan {plan.id} sent to {len(world.pods)} pod(s): watching {expected} rank(s) for a "
-        f"{rule.percent:g}% slowdown (mean step over {rule.baseline_steps} steps)"
-    )
+    if spec.trigger is not None:
+        rule = spec.trigger.slowdown
+        reason, event = "Watching", "WatchStarted"
+        message = (
+            f"plan {plan.id} sent to {len(world.pods)} pod(s): watching {expected} rank(s) for "
+            f"a {rule.percent:g}% slowdown (mean step over {rule.baseline_steps} steps)"
+        )
+    else:
+        reason = event = MEASURING
+        message = (
+            f"plan {plan.id} sent to {len(world.pods)} pod(s): measuring the step rate of "
+            f"{expected} rank(s), to begin the {spec.capture.steps}-step window at the same "
+            "step on every rank"
+        )
     new = status.model_copy(
         update={
             "phase": "Watching",
             "watch": WatchStatus(plan_id=plan.id, start_time=now),
             "workers": WorkersStatus(expected=expected),
             "artifacts": Artifacts(prefix=capture_prefix(storage_root, namespace, capture)),
-            "conditions": _conds(status, _running("Watching", message), generation, now),
+            "conditions": _conds(status, _running(reason, message), generation, now),
         }
     )
-    return Decision(new, ["watch"], plan, [Event("Normal", "WatchStarted", message)])
+    return Decision(new, ["watch"], plan, [Event("Normal", event, message)])
 
 
 def step_reports(workers: Mapping[int, WorkerStatus]) -> list[StepReport]:
@@ -411,8 +414,9 @@ def _watching(
     now: datetime,
     lead_seconds: float,
 ) -> Decision:
+    if spec.trigger is None:
+        return _measuring(generation, spec, status, world, target, now, lead_seconds)
     watch = status.watch or WatchStatus()
-    assert spec.trigger is not None
     rule = spec.trigger.slowdown.rule()
     capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
     if not world.pods or capture is None:
@@ -514,6 +518,119 @@ def _watching(
     return Decision(new, actions, resend)
 
 
+def _measuring(
+    generation: int,
+    spec: PerfDiagnosisSpec,
+    status: PerfDiagnosisStatus,
+    world: World,
+    target: str,
+    now: datetime,
+    lead_seconds: float,
+) -> Decision:
+    """A one-shot capture measuring the step rate (phase Watching, reason MeasuringStepRate):
+    once a rank reported, the capture plan begins the lead ahead of the furthest step at the
+    job's rate; when no rate came within RATE_WAIT_S, it goes without a start step."""
+    watch = status.watch or WatchStatus()
+    capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
+    if not world.pods or capture is None:
+        reached = f" (last reported step {watch.step})" if watch.step is not None else ""
+        message = (
+            f"the pods of {target} are gone before the capture began{reached}; nothing was captured"
+            if capture is not None
+            else "phase Watching without a watch plan (status.watch.planId is unset)"
+        )
+        reason = "TargetGone" if capture is not None else "NoWatch"
+        new = status.model_copy(
+            update={
+                "phase": "Failed",
+                "completion_time": now,
+                "conditions": _conds(status, _stalled(reason, message), generation, now),
+            }
+        )
+        return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+
+    reports = step_reports(world.workers)
+    step, step_unix = _furthest(world.workers)
+    rate = _step_rate(watch, reports, step, step_unix, now) if world.workers else None
+    update: dict[str, Any] = {
+        "reporting": len(world.workers),
+        "steps_per_second": round(rate, 3) if rate is not None else None,
+    }
+    if world.workers and (watch.rate_step is None or step > watch.rate_step):
+        ended = datetime.fromtimestamp(step_unix, tz=timezone.utc) if step_unix is not None else now
+        update.update({"step": step, "rate_step": step, "rate_time": ended})
+    new_watch = watch.model_copy(update=update)
+    expected = expected_ranks(world.pods)
+    waited = (now - watch.start_time).total_seconds() if watch.start_time is not None else 0.0
+
+    if (rate is not None and rate > 0) or waited >= RATE_WAIT_S:
+        if rate is not None and rate > 0:
+            start: int | None = start_step_ahead(step, rate, lead_seconds)
+            plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead_seconds)
+            message = (
+                f"step rate {rate:.3g} steps/s at step {step} ({len(world.workers)} rank(s) "
+                f"reporting): plan {capture} sent to {len(world.pods)} pod(s): capturing "
+                f"{spec.capture.steps} steps from step {start} ({lead_seconds:g} s ahead) on "
+                f"{expected} rank(s), deadline {plan.deadline:%H:%M:%SZ}"
+            )
+            kind: Literal["Normal", "Warning"] = "Normal"
+        else:
+            start = None
+            plan = capture_plan(spec, capture, now)
+            heard = (
+                f"{len(world.workers)} rank(s) reported, at step {step}, without a step time"
+                if world.workers
+                else "no rank reported"
+            )
+            message = (
+                f"the step rate could not be measured within {RATE_WAIT_S:g} s ({heard}): plan "
+                f"{capture} sent to {len(world.pods)} pod(s) without a start step: capturing "
+                f"{spec.capture.steps} steps on {expected} rank(s), each from its next step "
+                "once its pod's plan file shows the plan (the ranks' windows may cover "
+                f"different steps), deadline {plan.deadline:%H:%M:%SZ}"
+            )
+            kind = "Warning"
+        new = status.model_copy(
+            update={
+                "phase": "Capturing",
+                "watch": new_watch,
+                "window": WindowStatus(
+                    plan_id=capture,
+                    start_step=start,
+                    steps=spec.capture.steps,
+                    deadline=plan.deadline.replace(microsecond=0),
+                    start_time=now,
+                ),
+                "workers": WorkersStatus(expected=expected),
+                "conditions": _conds(status, _running("Capturing", message), generation, now),
+            }
+        )
+        return Decision(new, ["arm"], plan, [Event(kind, "PlanSent", message)])
+
+    progress = (
+        f"measuring the step rate before planning the capture: {len(world.workers)}/{expected} "
+        f"rank(s) reporting ({max(RATE_WAIT_S - waited, 0.0):.0f} s left before the plan goes "
+        "without a start step)"
+    )
+    if world.storage_error:
+        progress += f"; storage unavailable, retrying: {world.storage_error}"
+    reason = "StorageUnavailable" if world.storage_error else MEASURING
+    actions: list[Action] = []
+    resend: Plan | None = None
+    if watch.plan_id is not None and any(plan_of(p)[0] != watch.plan_id for p in world.pods):
+        actions, resend = ["watch"], watch_plan(spec, capture, now)  # a pod (re)created since
+    new = status.model_copy(
+        update={
+            "watch": new_watch,
+            "workers": (status.workers or WorkersStatus()).model_copy(
+                update={"reporting": len(world.workers)}
+            ),
+            "conditions": _conds(status, _running(reason, progress), generation, now),
+        }
+    )
+    return Decision(new, actions, resend)
+
+
 def stall_policy(spec: PerfDiagnosisSpec) -> StallPolicy:
     """The analyzer's stuck rule (perfdiag.stall) with the diagnosis' thresholds; the analyzer
     Job gets the same thresholds, so both call the same ranks stuck."""
@@ -548,11 +665,35 @@ def _stacks_requested(world: World, capture_plan: str | None) -> datetime | None
     return None
 
 
+def _reached(status: PerfDiagnosisStatus, world: World) -> int | None:
+    """The furthest step the ranks reported: in the capture's statuses, else while watching."""
+    steps = [w.step for w in world.workers.values()]
+    if status.watch is not None and status.watch.step is not None:
+        steps.append(status.watch.step)
+    return max(steps) if steps else None
+
+
+def ended_before_window_message(window: WindowStatus, reached: int | None, target: str) -> str:
+    """The job ended (its pods are gone) before any rank began its window."""
+    at = f"at step {reached} " if reached is not None else ""
+    if window.start_step is not None:
+        last = window.start_step + (window.steps or 1) - 1
+        began = f"before the window (steps {window.start_step}–{last}) began"
+    else:
+        began = "before any rank began its window"
+    unknown = "" if reached is not None else " (no rank reported its step)"
+    return (
+        f"{target} ended {at}{began}{unknown}: nothing was captured; create a new "
+        "PerfDiagnosis while the job has more steps to run"
+    )
+
+
 def _capturing(
     generation: int,
     spec: PerfDiagnosisSpec,
     status: PerfDiagnosisStatus,
     world: World,
+    target: str,
     now: datetime,
 ) -> Decision:
     window = status.window or WindowStatus()
@@ -589,6 +730,25 @@ def _capturing(
     stacks_in = stacks_deadline is not None and (
         (reporting and reporting <= world.stacks) or now >= stacks_deadline
     )
+
+    began = any(
+        w.phase in ("capturing", "processing", "done", "failed") for w in world.workers.values()
+    )
+    reached = _reached(status, world)
+    if gone and not began and (window.start_step is None or (reached or 0) < window.start_step):
+        message = ended_before_window_message(window, reached, target)
+        new = status.model_copy(
+            update={
+                "phase": "Failed",
+                "completion_time": now,
+                "workers": counts(expected),
+                "window": window.model_copy(update={"completion_time": now}),
+                "conditions": _conds(
+                    status, _stalled(ENDED_BEFORE_WINDOW, message), generation, now
+                ),
+            }
+        )
+        return Decision(new, ["disarm"], events=[Event("Warning", ENDED_BEFORE_WINDOW, message)])
 
     if (expected and finished >= expected) or deadline_passed or gone or stacks_in:
         missing = max(expected - len(done), 0)

@@ -34,10 +34,11 @@ RECHECK_ENV = "PERFDIAG_RECHECK_SECONDS"
 DEFAULT_RECHECK_SECONDS = 15.0
 CAPTURE_LEAD_ENV = "PERFDIAG_CAPTURE_LEAD_SECONDS"
 DEFAULT_CAPTURE_LEAD_SECONDS = 90.0
-"""How far ahead of the ranks a triggered capture window begins, in seconds at the job's step
-rate: the kubelet rewrites a pod's downward-API file (where the hooks read the plan) at its
-periodic sync, within about a minute of the annotation changing, and the step counts the
-operator saw are a few seconds old (the agents' uploads, the recheck)."""
+"""How far ahead of the ranks a capture window begins (a triggered one, and a one-shot one whose
+step rate was measured), in seconds at the job's step rate: the kubelet rewrites a pod's
+downward-API file (where the hooks read the plan) at its periodic sync, within about a minute of
+the annotation changing, and the step counts the operator saw are a few seconds old (the
+agents' uploads, the recheck)."""
 DEFAULT_IMAGE = f"ghcr.io/perfdiag/perfdiag:{__version__}"
 DEFAULT_STORAGE_SECRET = "perfdiag-storage"
 
@@ -101,7 +102,7 @@ class OperatorConfig:
     analyzer_resources: Resources = field(default_factory=lambda: DEFAULT_ANALYZER_RESOURCES)
     analyzer_deadline_seconds: int = 900
     analyzer_ttl_seconds: int = 3600
-    capture_lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS  # spec.trigger's window lead
+    capture_lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS  # the capture window's lead
 
     @classmethod
     def from_env(cls) -> OperatorConfig:

@@ -626,7 +626,8 @@ MAX_BASELINE_CANDIDATES = 32
 
 
 class WatchStatus(StatusModel):
-    """The slowdown watch (spec.trigger): the job's step time against its baseline."""
+    """The slowdown watch (spec.trigger): the job's step time against its baseline; without
+    a trigger, the step rate measured before the capture (step, stepsPerSecond)."""
 
     plan_id: str | None = Field(
         default=None, description="Id of the watch plan sent to the workers."
@@ -697,7 +698,8 @@ class PerfDiagnosisStatus(StatusModel):
     phase: Phase = Field(
         default="Pending",
         description=(
-            "Pending, Watching (spec.trigger: waiting for a slowdown), Capturing, Analyzing, "
+            "Pending, Watching (spec.trigger: waiting for a slowdown; without a trigger: "
+            "measuring the step rate before the capture), Capturing, Analyzing, "
             "Succeeded or Failed. Never goes backwards."
         ),
     )
@@ -709,7 +711,11 @@ class PerfDiagnosisStatus(StatusModel):
     target: TargetStatus | None = Field(default=None, description="What the target resolved to.")
     workers: WorkersStatus | None = Field(default=None, description="Workers of the capture.")
     watch: WatchStatus | None = Field(
-        default=None, description="The slowdown watch (spec.trigger)."
+        default=None,
+        description=(
+            "The slowdown watch (spec.trigger), or the step rate measured before a one-shot "
+            "capture."
+        ),
     )
     window: WindowStatus | None = Field(default=None, description="The capture window.")
     verdict: VerdictStatusSummary | None = Field(default=None, description="The verdict, short.")

@@ -530,6 +530,7 @@ def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server
         "-",
         input=diagnosis("armed", {"kind": "Pods", "selector": {"matchLabels": {"app": "w"}}}),
     )
+    _report_step_rate(cluster, ns, "armed", minio_server)
     armed = _wait(
         lambda: (
             (_get(cluster, ns, "pdiag", "armed") or {}).get("status", {}).get("phase")
@@ -558,7 +559,38 @@ def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server
         "-",
         input=diagnosis("complete", {"kind": "Pods", "selector": {"matchLabels": {"app": "w"}}}),
     )
+    _report_step_rate(cluster, ns, "complete", minio_server)
     _complete_capture(cluster, ns, "complete", minio_server)
+
+
+def _report_step_rate(cluster: KubeCluster, ns: str, name: str, minio_server: Any) -> None:
+    """A one-shot diagnosis measures the step rate first (phase Watching, a watch plan on the
+    pod): the worker's step time lands in storage, as its agent would upload it, so that the
+    operator plans the capture from it."""
+    from perfdiag.api.worker import WorkerStatus
+    from perfdiag.storage import layout, open_storage
+
+    def measuring() -> dict[str, Any] | None:
+        found = (_get(cluster, ns, "pdiag", name) or {}).get("status") or {}
+        watch = found.get("watch") or {}
+        return found if found.get("phase") == "Watching" and watch.get("planId") else None
+
+    watching = _wait(measuring, "phase Watching (measuring the step rate)", 90)
+    worker = _get(cluster, ns, "pod", "worker-0")
+    plan = json.loads(worker["metadata"]["annotations"]["perfdiag.io/plan"])
+    assert plan["action"] == "watch" and plan["id"] == watching["watch"]["planId"], plan
+    now = time.time()
+    report = WorkerStatus(
+        rank=0, plan_id=plan["id"], step=40, last_step_unix=now, updated_unix=now,
+        mean_step_ms=100.0, max_step_ms=110.0, mean_steps=plan["steps"],
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in minio_server.env().items():
+            env.setenv(key, value)
+        watch_prefix = f"{watching['artifacts']['prefix']}-watch"
+        open_storage(watch_prefix).put_text(
+            layout.worker_key(0, layout.STATUS), report.model_dump_json()
+        )
 
 
 def _complete_capture(cluster: KubeCluster, ns: str, name: str, minio_server: Any) -> None:

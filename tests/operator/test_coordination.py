@@ -13,6 +13,8 @@ from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, Worker
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
 from perfdiag.operator.coordination import (
+    RATE_STEPS,
+    RATE_WAIT_S,
     World,
     decide,
     expected_ranks,
@@ -76,7 +78,10 @@ def _cond(status: PerfDiagnosisStatus, type_: str) -> tuple[str, str, str]:
 
 def test_arm_writes_a_deterministic_plan() -> None:
     world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0")])
-    decision = _decide(PerfDiagnosisStatus(), world)
+    measuring = _decide(PerfDiagnosisStatus(), world)
+    assert measuring.actions == ["watch"]  # a one-shot capture measures the step rate first
+    reporting = World(pods=world.pods, workers=_watchers(300, {0: 50.0}, NOW))
+    decision = _decide(measuring.status, reporting)
     assert decision.actions == ["arm"]
     assert decision.plan.id == plan_id("d", UID) == f"d-{UID}"
     assert decision.plan.steps == 10
@@ -87,7 +92,7 @@ def test_arm_writes_a_deterministic_plan() -> None:
     assert _cond(status, "Reconciling")[:2] == ("True", "Capturing")
     assert [e.reason for e in decision.events] == ["PlanSent"]
     # Re-arming after a restart sends the same id (the hooks ignore a plan id they took).
-    assert _decide(PerfDiagnosisStatus(), world).plan.id == decision.plan.id
+    assert _decide(measuring.status, reporting).plan.id == decision.plan.id
 
 
 def test_pods_without_perfdiag_are_refused_with_how_to_opt_in() -> None:
@@ -111,7 +116,7 @@ def test_second_diagnosis_waits_for_the_first() -> None:
     assert "PerfDiagnosis first" in message
     # Once that plan's deadline has passed, it no longer blocks.
     later = datetime.now(timezone.utc) + timedelta(seconds=301)
-    assert _decide(PerfDiagnosisStatus(), world, now=later).actions == ["arm"]
+    assert _decide(PerfDiagnosisStatus(), world, now=later).actions == ["watch"]
 
 
 def _capturing(
@@ -504,3 +509,155 @@ def test_watching_resends_the_plan_to_a_new_pod_and_fails_when_the_pods_are_gone
     assert gone.actions == ["disarm"]
     assert _cond(gone.status, "Stalled")[:2] == ("True", "TargetGone")
     assert "before a 10% slowdown" in gone.events[0].message
+
+
+# ---- one-shot: Pending → Watching (measuring the step rate) → Capturing ----------------------
+
+
+def _one_shot(status: PerfDiagnosisStatus, world: World, *, now: datetime) -> Any:
+    """One reconcile pass of a diagnosis without a trigger (status through the wire)."""
+    return _decide(PerfDiagnosisStatus.model_validate(status.to_wire()), world, now=now)
+
+
+def _measuring_pods() -> list[dict[str, Any]]:
+    plan = Plan(id=WATCH_ID, action="watch", steps=RATE_STEPS, deadline=NOW + timedelta(days=30))
+    notes = plan_annotations(plan, "d")["metadata"]["annotations"]
+    return [_pod("bert-master-0", **notes), _pod("bert-worker-0", **notes)]
+
+
+def test_a_one_shot_capture_measures_the_step_rate_then_plans_ahead() -> None:
+    world = World(pods=[_pod("bert-master-0"), _pod("bert-worker-0")])
+    first = _one_shot(PerfDiagnosisStatus(), world, now=NOW)
+    assert first.actions == ["watch"]
+    assert (first.plan.id, first.plan.action, first.plan.steps) == (WATCH_ID, "watch", RATE_STEPS)
+    status = first.status
+    assert status.phase == "Watching"
+    assert status.watch.plan_id == WATCH_ID and status.window is None
+    assert status.artifacts.prefix == f"{ROOT}/ns/d-{UID}"
+    assert _cond(status, "Reconciling")[:2] == ("True", "MeasuringStepRate")
+    assert [e.reason for e in first.events] == ["MeasuringStepRate"]
+    assert "measuring the step rate of 4 rank(s)" in first.events[0].message
+
+    # No rank heard from yet: keep measuring.
+    pods = _measuring_pods()
+    waiting = _one_shot(status, World(pods=pods), now=NOW + timedelta(seconds=15))
+    assert waiting.actions == [] and waiting.status.phase == "Watching"
+    message = _cond(waiting.status, "Reconciling")[2]
+    assert "0/4 rank(s) reporting" in message and "105 s left" in message
+
+    # One rank's mean step (50 ms: 20 steps/s) is enough: the window begins 90 s ahead.
+    at = NOW + timedelta(seconds=30)
+    workers = _watchers(300, {0: 50.0, 1: 52.0}, at)
+    armed = _one_shot(waiting.status, World(pods=pods, workers=workers), now=at)
+    assert armed.actions == ["arm"]
+    plan = armed.plan
+    assert (plan.id, plan.action, plan.steps) == (f"d-{UID}", "capture", 10)
+    assert plan.start_step == 300 + 20 * 90 + 1
+    assert plan.deadline == at + timedelta(seconds=SPEC.capture.timeout_seconds + 90)
+    new = armed.status
+    assert new.phase == "Capturing"
+    assert (new.window.plan_id, new.window.start_step, new.window.steps) == (
+        f"d-{UID}", plan.start_step, 10
+    )  # fmt: skip
+    assert new.watch.steps_per_second == 20.0 and new.watch.step == 300
+    assert new.workers.expected == 4
+    reason, message = _cond(new, "Reconciling")[1:]
+    assert reason == "Capturing"
+    assert f"from step {plan.start_step}" in message and "20 steps/s at step 300" in message
+    assert [(e.type, e.reason) for e in armed.events] == [("Normal", "PlanSent")]
+
+
+def test_a_one_shot_capture_measures_the_rate_from_progress() -> None:
+    """Ranks that report steps but no mean step time yet: the rate from two passes."""
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    pods = _measuring_pods()
+
+    def bare(step: int, at: datetime) -> dict[int, WorkerStatus]:
+        t = at.timestamp()
+        return {0: WorkerStatus(rank=0, plan_id=WATCH_ID, step=step, last_step_unix=t,
+                                updated_unix=t)}  # fmt: skip
+
+    at = NOW + timedelta(seconds=10)
+    once = _one_shot(status, World(pods=pods, workers=bare(100, at)), now=at)
+    assert once.actions == [] and once.status.watch.rate_step == 100
+    later = at + timedelta(seconds=20)
+    twice = _one_shot(once.status, World(pods=pods, workers=bare(180, later)), now=later)
+    assert twice.actions == ["arm"]
+    assert twice.plan.start_step == 180 + 4 * 90 + 1  # 80 steps in 20 s
+
+
+def test_a_one_shot_capture_without_a_rate_falls_back_to_no_start_step() -> None:
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    pods = _measuring_pods()
+    before = NOW + timedelta(seconds=RATE_WAIT_S - 1)
+    assert _one_shot(status, World(pods=pods), now=before).actions == []
+    at = NOW + timedelta(seconds=RATE_WAIT_S)
+    fallback = _one_shot(status, World(pods=pods), now=at)
+    assert fallback.actions == ["arm"]
+    assert fallback.plan.start_step is None
+    assert fallback.plan.deadline == at + timedelta(seconds=SPEC.capture.timeout_seconds)
+    assert fallback.status.phase == "Capturing" and fallback.status.window.start_step is None
+    message = _cond(fallback.status, "Reconciling")[2]
+    assert f"could not be measured within {RATE_WAIT_S:g} s (no rank reported)" in message
+    assert "without a start step" in message
+    assert [(e.type, e.reason) for e in fallback.events] == [("Warning", "PlanSent")]
+    # A rank that reports its step but never advances gives no rate either.
+    t = at.timestamp()
+    still = {0: WorkerStatus(rank=0, plan_id=WATCH_ID, step=7, updated_unix=t)}
+    quiet = _one_shot(status, World(pods=pods, workers=still), now=at)
+    assert quiet.plan.start_step is None
+    assert "1 rank(s) reported, at step 7, without a step time" in quiet.events[0].message
+
+
+def test_a_one_shot_capture_resends_the_watch_plan_and_fails_when_the_pods_are_gone() -> None:
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    pods = [*_measuring_pods()[:1], _pod("bert-worker-0")]  # recreated without the plan
+    again = _one_shot(status, World(pods=pods), now=NOW + timedelta(seconds=15))
+    assert again.actions == ["watch"] and again.plan.id == WATCH_ID
+    assert again.plan.steps == RATE_STEPS
+    gone = _one_shot(status, World(pods=[]), now=NOW + timedelta(seconds=30))
+    assert gone.status.phase == "Failed" and gone.actions == ["disarm"]
+    assert _cond(gone.status, "Stalled")[:2] == ("True", "TargetGone")
+    assert "gone before the capture began" in gone.events[0].message
+
+
+def _capturing_ahead(start_step: int | None, watch_step: int | None) -> PerfDiagnosisStatus:
+    wire = _capturing().to_wire()
+    if start_step is not None:
+        wire["window"]["startStep"] = start_step
+    if watch_step is not None:
+        wire["watch"] = {"planId": WATCH_ID, "step": watch_step}
+    return PerfDiagnosisStatus.model_validate(wire)
+
+
+def test_a_job_that_ends_before_its_window_says_so_with_the_step_reached() -> None:
+    armed = {r: _worker(r, "armed").model_copy(update={"step": 200 + r * 4}) for r in range(4)}
+    ended = _decide(_capturing_ahead(260, 190), World(pods=[], workers=armed))
+    assert ended.actions == ["disarm"]
+    status = ended.status
+    assert status.phase == "Failed" and status.completion_time == NOW
+    stalled, reason, message = _cond(status, "Stalled")
+    assert (stalled, reason) == ("True", "EndedBeforeWindow")
+    assert "PyTorchJob bert ended at step 212 before the window (steps 260–269) began" in message
+    assert _cond(status, "Ready")[:2] == ("False", "EndedBeforeWindow")
+    assert [(e.type, e.reason) for e in ended.events] == [("Warning", "EndedBeforeWindow")]
+    assert status.workers.missing == 4 and status.workers.reporting == 4
+
+    # No capture status: the step last seen while measuring.
+    unseen = _decide(_capturing_ahead(260, 190), World(pods=[]))
+    assert "ended at step 190 before the window (steps 260–269)" in unseen.events[0].message
+    # Without a start step and nothing heard: before any rank began.
+    blind = _decide(_capturing_ahead(None, None), World(pods=[]))
+    assert blind.status.phase == "Failed"
+    assert "ended before any rank began its window (no rank reported its step)" in (
+        blind.events[0].message
+    )
+    # A rank that captured, or one past the start step: the capture is analyzed as before.
+    some = {**armed, 1: _worker(1, "done")}
+    assert _decide(_capturing_ahead(260, 190), World(pods=[], workers=some)).actions == [
+        "disarm", "launch_job"
+    ]  # fmt: skip
+    past = {0: _worker(0, "armed").model_copy(update={"step": 265})}
+    assert _decide(_capturing_ahead(260, 190), World(pods=[], workers=past)).status.phase == (
+        "Analyzing"
+    )

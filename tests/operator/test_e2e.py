@@ -18,6 +18,7 @@ from tests.operator.e2e_support import FAULT_RANK, running_training, storage_sec
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
 
 CAPTURE_STEPS = 10
+LEAD_SECONDS = 10  # the local kubelet rewrites the plan file at once; the agents upload every 5 s
 
 
 @pytest.fixture
@@ -28,6 +29,7 @@ def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv(key, value)
     root = f"s3://{minio_server.bucket}/perfdiag"
     monkeypatch.setenv("PERFDIAG_STORAGE", root)
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(LEAD_SECONDS))
     return root
 
 
@@ -112,4 +114,9 @@ def test_kubectl_apply_to_verdict(
     assert row.split()[:5] == ["why-slow", training.name, "Succeeded", "degraded", "True"], table
     assert "degraded" in wide
     reasons = {reason for _, reason in events}
-    assert {"PlanSent", "CaptureEnded", "AnalyzerStarted", "VerdictReady"} <= reasons, events
+    assert {
+        "MeasuringStepRate", "PlanSent", "CaptureEnded", "AnalyzerStarted", "VerdictReady"
+    } <= reasons, events  # fmt: skip
+    # The step rate was measured first: every rank captured the same steps, planned ahead.
+    assert status["window"]["startStep"] > status["watch"]["step"] > 0, status
+    assert status["watch"]["stepsPerSecond"] > 0, status["watch"]

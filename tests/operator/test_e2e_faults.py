@@ -32,6 +32,8 @@ def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv(key, value)
     root = f"s3://{minio_server.bucket}/perfdiag"
     monkeypatch.setenv("PERFDIAG_STORAGE", root)
+    # The suite's kubelet rewrites the plan file at once: a short lead keeps the runs short.
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", "10")
     return root
 
 
