@@ -405,6 +405,26 @@ def _step_rate(
     return max(rates)
 
 
+def _watch_ended(
+    status: PerfDiagnosisStatus, generation: int, now: datetime, gone: str | None
+) -> Decision:
+    """Watching ends without a capture: the target's pods are gone (`gone` says how far it
+    got), or the status lost its watch plan (`gone` None)."""
+    if gone is not None:
+        reason, message = "TargetGone", f"{gone}; nothing was captured"
+    else:
+        reason = "NoWatch"
+        message = "phase Watching without a watch plan (status.watch.planId is unset)"
+    new = status.model_copy(
+        update={
+            "phase": "Failed",
+            "completion_time": now,
+            "conditions": _conds(status, _stalled(reason, message), generation, now),
+        }
+    )
+    return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+
+
 def _watching(
     generation: int,
     spec: PerfDiagnosisSpec,
@@ -420,21 +440,8 @@ def _watching(
     rule = spec.trigger.slowdown.rule()
     capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
     if not world.pods or capture is None:
-        message = (
-            f"the pods of {target} are gone before a {rule.percent:g}% slowdown; nothing was "
-            "captured"
-            if capture is not None
-            else "phase Watching without a watch plan (status.watch.planId is unset)"
-        )
-        reason = "TargetGone" if capture is not None else "NoWatch"
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "conditions": _conds(status, _stalled(reason, message), generation, now),
-            }
-        )
-        return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+        gone = f"the pods of {target} are gone before a {rule.percent:g}% slowdown"
+        return _watch_ended(status, generation, now, gone if capture is not None else None)
 
     reports = step_reports(world.workers)
     track, fired = advance_job(_track(watch), reports, rule, max_minima=MAX_BASELINE_CANDIDATES)
@@ -534,20 +541,8 @@ def _measuring(
     capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
     if not world.pods or capture is None:
         reached = f" (last reported step {watch.step})" if watch.step is not None else ""
-        message = (
-            f"the pods of {target} are gone before the capture began{reached}; nothing was captured"
-            if capture is not None
-            else "phase Watching without a watch plan (status.watch.planId is unset)"
-        )
-        reason = "TargetGone" if capture is not None else "NoWatch"
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "conditions": _conds(status, _stalled(reason, message), generation, now),
-            }
-        )
-        return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+        gone = f"the pods of {target} are gone before the capture began{reached}"
+        return _watch_ended(status, generation, now, gone if capture is not None else None)
 
     reports = step_reports(world.workers)
     step, step_unix = _furthest(world.workers)

@@ -4,7 +4,7 @@ Each rank's hook reports, about once a second, the mean and the longest duration
 steps (a `watch` plan sets N). The rule judges the mean without the longest step, so that one
 long step (a checkpoint, a stall already over) does not fire it, while a slowdown of every
 step, or of every few steps, does. A rank's baseline is the shortest such mean among its reports
-of the last HORIZON_SPANS × N steps; the rule fires when a rank's mean is `percent` above its
+of the last HORIZON_SPANS × N steps (and at least the last HORIZON_REPORTS reports); the rule fires when a rank's mean is `percent` above its
 baseline in `confirmations` consecutive reports. The local runner and the operator feed it the
 same reports.
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from perfdiag.api.trigger import Slowdown, SlowdownRule
 
 HORIZON_SPANS = 20
+HORIZON_REPORTS = 20
 """The baseline is the shortest mean of the last HORIZON_SPANS × N steps: recent, so that a job
 that settled at a new speed for that long is judged against it."""
 
@@ -95,7 +96,10 @@ def advance(
     a later baseline."""
     if not counts(report, rule, after_step) or report.step <= track.last_step:
         return track, None
-    horizon_start = report.step - HORIZON_SPANS * rule.baseline_steps
+    # At least HORIZON_REPORTS reports back too: reports come seconds apart (the operator's
+    # passes), so a fast job can move more than the horizon's steps between two of them.
+    gap = report.step - track.last_step if track.last_step >= 0 else 0
+    horizon_start = report.step - max(HORIZON_SPANS * rule.baseline_steps, HORIZON_REPORTS * gap)
     minima = [m for m in track.minima if m[0] >= horizon_start]
     best = minima[0] if minima else None
     current = report.typical_step_ms

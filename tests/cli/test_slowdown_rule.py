@@ -131,3 +131,10 @@ def test_the_job_view_judges_the_slowest_rank_at_the_furthest_step() -> None:
     track, fired = advance_job(Track(), reports, rule)
     assert fired is None and track.baseline == (100, pytest.approx(1140 / 49))
     assert advance_job(track, [], rule) == (track, None)
+
+
+def test_reports_further_apart_than_the_horizon_still_keep_a_baseline() -> None:
+    # A fast job seen every few seconds moves 1,500 steps between reports, more than 20 × 50.
+    watch = SlowdownWatch(SlowdownRule(percent=5))
+    assert feed(watch, [20.0, 20.0, 20.0], every=1500) == []
+    assert feed(watch, [30.0, 30.0], first=60 + 3 * 1500, every=1500) == [60 + 4 * 1500]

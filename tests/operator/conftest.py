@@ -234,3 +234,22 @@ def webhook_env(
     storage = "s3://perfdiag-test/perfdiag"
     monkeypatch.setenv("PERFDIAG_STORAGE", storage)
     return storage
+
+
+E2E_CAPTURE_LEAD_SECONDS = 10
+"""The suite's kubelet rewrites the plan file at once and the agents upload every 5 s: a short
+lead keeps the end-to-end runs short."""
+
+
+@pytest.fixture
+def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The operator's storage: s3://<bucket>/perfdiag on the suite's MinIO (restarted if a test
+    stopped it), its credentials in the operator's environment. Returns the storage root."""
+    if not minio_server.running():
+        minio_server.start()
+    for key, value in minio_server.env().items():
+        monkeypatch.setenv(key, value)
+    root = f"s3://{minio_server.bucket}/perfdiag"
+    monkeypatch.setenv("PERFDIAG_STORAGE", root)
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(E2E_CAPTURE_LEAD_SECONDS))
+    return root

@@ -175,3 +175,20 @@ def running_training(
         stop_file.touch()
         time.sleep(1.0)
         kubelet.stop()
+
+
+def wait_webhook(cluster: Any, ns: str) -> None:
+    """Until the apiserver calls the operator's pod webhook (a dry-run pod gets the hook)."""
+    probe_pod = {
+        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
+        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+    }
+
+    def probe() -> bool:
+        try:
+            pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
+        except cluster.ApiException:
+            return False
+        return bool(pod.spec.init_containers)
+
+    cluster.wait_for(probe, "the pod webhook", timeout=60)

@@ -13,37 +13,11 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
-from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret
+from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
 
 CAPTURE_STEPS = 10
-LEAD_SECONDS = 10  # the local kubelet rewrites the plan file at once; the agents upload every 5 s
-
-
-@pytest.fixture
-def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The operator's storage: s3://<bucket>/perfdiag on the suite's MinIO, its credentials in
-    the operator's environment. Returns the storage root."""
-    for key, value in minio_server.env().items():
-        monkeypatch.setenv(key, value)
-    root = f"s3://{minio_server.bucket}/perfdiag"
-    monkeypatch.setenv("PERFDIAG_STORAGE", root)
-    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(LEAD_SECONDS))
-    return root
-
-
-def _wait_webhook(cluster: Any, ns: str) -> None:
-    probe_pod = {
-        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
-        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
-    }
-
-    def probe() -> bool:
-        pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
-        return bool(pod.spec.init_containers)
-
-    cluster.wait_for(probe, "the pod webhook", timeout=60)
 
 
 def test_kubectl_apply_to_verdict(
@@ -52,7 +26,7 @@ def test_kubectl_apply_to_verdict(
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             for pod in training.pods:  # the webhook injected every pod of the job
                 spec = cluster.core.read_namespaced_pod(pod, ns).spec

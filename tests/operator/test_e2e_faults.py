@@ -19,38 +19,9 @@ import pytest
 
 from perfdiag.operator.analyzer_job import job_name
 from perfdiag.storage import open_storage
-from tests.operator.e2e_support import running_training, storage_secret
+from tests.operator.e2e_support import running_training, storage_secret, wait_webhook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
-
-
-@pytest.fixture
-def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    if not minio_server.running():
-        minio_server.start()
-    for key, value in minio_server.env().items():
-        monkeypatch.setenv(key, value)
-    root = f"s3://{minio_server.bucket}/perfdiag"
-    monkeypatch.setenv("PERFDIAG_STORAGE", root)
-    # The suite's kubelet rewrites the plan file at once: a short lead keeps the runs short.
-    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", "10")
-    return root
-
-
-def _wait_webhook(cluster: Any, ns: str) -> None:
-    probe_pod = {
-        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
-        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
-    }
-
-    def probe() -> bool:
-        try:
-            pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
-        except cluster.ApiException:
-            return False
-        return bool(pod.spec.init_containers)
-
-    cluster.wait_for(probe, "the pod webhook", timeout=60)
 
 
 def _apply(cluster: Any, ns: str, name: str, target: str, **capture: Any) -> None:
@@ -103,7 +74,7 @@ def test_operator_killed_mid_capture_and_restarted(
     storage_secret(cluster, ns, minio_server)
     log = tmp_path / "operator.log"
     with _operator_process(ns, log) as first:
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             _apply(cluster, ns, "d", training.name, steps=40, timeoutSeconds=240)
             _wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
@@ -141,7 +112,7 @@ def test_agent_dies_partial_verdict_names_its_ranks(
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             worker = f"{training.name}-worker-0"  # ranks 2 and 3
             training.kubelet.pods[worker].kill("perfdiag-agent", restart=False)
@@ -171,7 +142,7 @@ def test_minio_down_during_upload(
     # over, so the outage shows in their logs.
     storage_secret(cluster, ns, minio_server, PERFDIAG_S3_RETRY_SECONDS="2")
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             _apply(cluster, ns, "d", training.name, steps=10, timeoutSeconds=180)
             capturing = _wait_phase(cluster, ns, "d", "Capturing")
@@ -222,7 +193,7 @@ def test_deleted_mid_capture_and_mid_analysis(
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             # Mid-capture: a window far longer than the test.
             _apply(cluster, ns, "long", training.name, steps=1000, timeoutSeconds=600)
@@ -266,7 +237,7 @@ def test_two_diagnoses_on_one_job(
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
             _apply(cluster, ns, "first", training.name, steps=30, timeoutSeconds=240)
             _wait_phase(cluster, ns, "first", "Capturing")
@@ -302,7 +273,7 @@ def test_hang_stacks_plan_names_the_stuck_rank(
     storage_secret(cluster, ns, minio_server)
     args = ["--mode=before-allreduce", "--rank=3", "--at-step=40", "--steps=100000000"]
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path, script=HANG_SCRIPT, args=args) as training:
             body = cluster.diagnosis(
                 "stuck",

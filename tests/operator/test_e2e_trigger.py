@@ -12,41 +12,12 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
-from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret
+from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
 
 BASELINE_STEPS = 10
 PERCENT = 25  # the slow rank's tokenizer more than doubles the step; a loaded host's noise less
-LEAD_SECONDS = 10  # the local kubelet rewrites the plan file at once; the agents upload every 5 s
-
-
-@pytest.fixture
-def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    if not minio_server.running():
-        minio_server.start()
-    for key, value in minio_server.env().items():
-        monkeypatch.setenv(key, value)
-    root = f"s3://{minio_server.bucket}/perfdiag"
-    monkeypatch.setenv("PERFDIAG_STORAGE", root)
-    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(LEAD_SECONDS))
-    return root
-
-
-def _wait_webhook(cluster: Any, ns: str) -> None:
-    probe_pod = {
-        "metadata": {"name": "probe", "labels": {"perfdiag.io/inject": "true"}},
-        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
-    }
-
-    def probe() -> bool:
-        try:
-            pod = cluster.core.create_namespaced_pod(ns, probe_pod, dry_run="All")
-        except cluster.ApiException:
-            return False
-        return bool(pod.spec.init_containers)
-
-    cluster.wait_for(probe, "the pod webhook", timeout=60)
 
 
 def test_a_slowdown_mid_run_fires_the_capture(
@@ -64,7 +35,7 @@ def test_a_slowdown_mid_run_fires_the_capture(
     ]
     phases: list[str] = []
     with cluster.operator(ns):
-        _wait_webhook(cluster, ns)
+        wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path, args=args) as training:
             diagnosis = cluster.diagnosis(
                 "on-slowdown",
