@@ -274,12 +274,13 @@ def _capture_on_slowdowns(
     stall = settings.stall
     hangs = HangWatch(window.spool_dir, stall) if stall is not None else None
     current, verdict, captures = window, None, 0
+    in_flight: WindowCoordinator | None = None  # a capture not analyzed yet
     try:
         window.wait_for_ranks()
         while captures < settings.max_captures:
             fired = wait_for_slowdown(current, slowdowns, progress)
             captures += 1
-            current = WindowCoordinator(
+            current = in_flight = WindowCoordinator(
                 settings,
                 window.spool_dir,
                 window.plan_path,
@@ -291,6 +292,7 @@ def _capture_on_slowdowns(
             current.state.last_beats = dict(window.state.last_beats)
             plan = capture_on_slowdown(current, fired, progress)
             current.collect()
+            in_flight = None
             if current.state.captured:
                 verdict = _analyze_window(run, current, current.storage, progress, window.check)
                 if verdict is not None:
@@ -303,17 +305,17 @@ def _capture_on_slowdowns(
     except HangDetected as hang:
         _diagnose_hang(run, current, current.storage, progress, on_verdict, training, hang)
     except TrainingEnded as ended:
-        if current is not window:
-            current.after_training_exit()
-            if ended.code == 0 and current.state.captured:
-                verdict = _analyze_window(run, current, current.storage, progress, lambda: None)
+        if in_flight is not None:
+            in_flight.after_training_exit()
+            if ended.code == 0 and in_flight.state.captured:
+                verdict = _analyze_window(run, in_flight, in_flight.storage, progress, lambda: None)
                 if verdict is not None:
-                    on_verdict(verdict, current.storage.uri)
+                    on_verdict(verdict, in_flight.storage.uri)
             elif ended.code == 0:
                 progress(
-                    f"the training ended at step {current.state.max_step_seen}, before the "
+                    f"the training ended at step {in_flight.state.max_step_seen}, before the "
                     f"window planned on the last slowdown completed: "
-                    f"{current.window_needs_text()}"
+                    f"{in_flight.window_needs_text()}"
                 )
         if ended.code != 0:
             raise CliError(

@@ -84,7 +84,17 @@ def test_a_slowdown_mid_run_fires_the_capture(
                 final = cluster.wait_for(ready, "Ready=True", timeout=300)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{status()}\n{training.logs()}") from None
-            events = cluster.events(ns, "on-slowdown")
+            wanted = {"WatchStarted", "SlowdownDetected", "AnalyzerStarted", "VerdictReady"}
+            # Events are posted after the status that records them: wait for them.
+            events = cluster.wait_for(
+                lambda: (
+                    (found := cluster.events(ns, "on-slowdown"))
+                    and wanted <= {reason for _, reason in found}
+                    and found
+                ),
+                "the diagnosis' events",
+                timeout=60,
+            )
             wide = cluster.kubectl("get", "pdiag", "on-slowdown", "-n", ns, "-o", "wide").stdout
 
     print(f"\nbaseline before the slowdown: {watch}", flush=True)
