@@ -506,23 +506,9 @@ def _watching(
             f"{new_watch.step_ms:.1f} ms on rank {new_watch.rank} ({change:+.0f}% against the "
             f"baseline {new_watch.baseline_step_ms:.1f} ms of step {new_watch.baseline_step})"
         )
-    if world.storage_error:
-        progress += f"; storage unavailable, retrying: {world.storage_error}"
-    reason = "StorageUnavailable" if world.storage_error else "Watching"
-    actions: list[Action] = []
-    resend: Plan | None = None
-    if watch.plan_id is not None and any(plan_of(p)[0] != watch.plan_id for p in world.pods):
-        actions, resend = ["watch"], watch_plan(spec, capture, now)  # a pod (re)created since
-    new = status.model_copy(
-        update={
-            "watch": new_watch,
-            "workers": (status.workers or WorkersStatus()).model_copy(
-                update={"reporting": len(world.workers)}
-            ),
-            "conditions": _conds(status, _running(reason, progress), generation, now),
-        }
+    return _still_watching(
+        status, spec, capture, watch, new_watch, world, generation, now, progress, "Watching"
     )
-    return Decision(new, actions, resend)
 
 
 def _measuring(
@@ -607,9 +593,28 @@ def _measuring(
         f"rank(s) reporting ({max(RATE_WAIT_S - waited, 0.0):.0f} s left before the plan goes "
         "without a start step)"
     )
+    return _still_watching(
+        status, spec, capture, watch, new_watch, world, generation, now, progress, MEASURING
+    )
+
+
+def _still_watching(
+    status: PerfDiagnosisStatus,
+    spec: PerfDiagnosisSpec,
+    capture: str,
+    watch: WatchStatus,
+    new_watch: WatchStatus,
+    world: World,
+    generation: int,
+    now: datetime,
+    progress: str,
+    reason: str,
+) -> Decision:
+    """Watching goes on: the new watch status, the watch plan sent again to any pod created
+    since, the progress in the conditions."""
     if world.storage_error:
         progress += f"; storage unavailable, retrying: {world.storage_error}"
-    reason = "StorageUnavailable" if world.storage_error else MEASURING
+        reason = "StorageUnavailable"
     actions: list[Action] = []
     resend: Plan | None = None
     if watch.plan_id is not None and any(plan_of(p)[0] != watch.plan_id for p in world.pods):
