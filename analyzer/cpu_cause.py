@@ -55,6 +55,9 @@ class RankCpu:
     """(R,) runnable threads per core on each rank's host (> 1: oversubscribed)."""
     host_runnable: float | None
     host_cores: int | None
+    on_cpu_steps: NDArray[np.float64] | None = None
+    """(R, W) the training thread's on-CPU ms in each step, when the hook read it at every step
+    boundary on every rank (HostUsage.exact_steps); None when any rank's is sampled."""
 
     @property
     def run_share(self) -> NDArray[np.float64]:
@@ -110,6 +113,13 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         if usage.host_cores:
             cores.append(usage.host_cores)
     non_wait = features.ms[:, features.non_wait_index]  # own time: run-queue wait taken out
+    on_cpu_steps = None
+    if all(u is not None and u.exact_steps for u in usages):
+        width = max(len(u.main_run_ms) for u in usages if u is not None)
+        on_cpu_steps = np.full((n, width), np.nan)
+        for i, usage in enumerate(usages):
+            assert usage is not None
+            on_cpu_steps[i, : len(usage.main_run_ms)] = usage.main_run_ms
     return RankCpu(
         on_cpu=on_cpu,
         cpu_wait=wait,
@@ -122,6 +132,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         host_load=load,
         host_runnable=float(np.median(runnable)) if runnable else None,
         host_cores=int(np.median(cores)) if cores else None,
+        on_cpu_steps=on_cpu_steps,
     )
 
 
@@ -140,6 +151,9 @@ class CpuCause:
     held back for the host causes)."""
     evidence: dict[str, Any]
     sentence: str
+    own_ms: float | None = None
+    """What the CPU accounting backs of the excess (work, blocked, threads): the rank's extra
+    computation times its dilation, its material extra off-CPU time, its busy threads' CPU."""
 
 
 def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
@@ -189,8 +203,7 @@ def explain_excess(
     # rank computed or blocked is run-queue wait, which names no rank. Extra computation on a
     # busy host brings its own share of waiting (1 / run share), which is the rank's doing;
     # off-CPU time is derived (step less the rest), so only a material amount of it counts.
-    share = float(cpu.run_share[i])
-    dilation = 1.0 / min(max(share, 0.25), 1.0) if np.isfinite(share) else 1.0
+    dilation = _dilation(cpu, i, peers)
     blocked = d_off if d_off >= material_ms else 0.0
     own = max(d_run, 0.0) * dilation + blocked + (d_other if busy_threads else 0.0)
     if own < material_ms or own < 0.5 * excess_ms:
@@ -212,6 +225,7 @@ def explain_excess(
             evidence,
             f"threads other than its training thread used {d_other:.1f} ms/step of CPU more "
             f"than its peers'{count}: they hold the GIL or the cores the training thread needs",
+            own,
         )
     if d_off >= 0.5 * excess_ms and d_off > d_run:
         return CpuCause(
@@ -220,13 +234,96 @@ def explain_excess(
             evidence,
             f"its training thread was blocked (off-CPU: sleeping, I/O, a lock or a queue) "
             f"{d_off:.1f} ms/step longer than its peers', not computing",
+            own,
         )
     return CpuCause(
         "work",
         excess_ms,
         evidence,
         f"its training thread computed {max(d_run, 0.0):.1f} ms/step longer than its peers'",
+        own,
     )
+
+
+def _dilation(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> float:
+    """How much wall time a ms of extra computation costs the rank on its host: 1 / the run
+    share of the group (on a busy host each ms on a CPU brings its share of waiting for one),
+    at most 4. The group's median share, not the rank's own: which rank waits longer than the
+    others is chance, and a rank is never named for that."""
+    share = peer_median(cpu.run_share, np.r_[peers[peers != i], i])
+    return 1.0 / min(max(share, 0.25), 1.0) if np.isfinite(share) else 1.0
+
+
+@dataclass(frozen=True)
+class CpuWork:
+    """A rank whose training thread computes longer than its peers', step by step."""
+
+    excess_ms: float
+    """Its extra on-CPU time per step over its peers' (per-step median), times its dilation."""
+    on_cpu_ms: float
+    peers_on_cpu_ms: float
+    steps_shown: int
+    """Steps in which the extra reaches half the materiality threshold."""
+    steps: int
+
+
+MIN_CPU_RATIO = 1.1
+"""The rank's on-CPU time over its peers': healthy ranks of one job stay within a few percent
+(the hook's exact counters, 4 ranks on 2 cores, quiet or beside a CPU hog)."""
+MIN_SHOWN_SHARE = 0.2
+"""A recurring excess (every few steps) shows in at least this share of the steps, and in two."""
+
+
+def cpu_work_excess(
+    cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float
+) -> CpuWork | None:
+    """Rank `i`'s extra computation on its training thread, step by step against the median of
+    its peers in the same step, when the hook's exact per-step counters are there: on-CPU time
+    is the rank's own, whatever the host's run queue does, so this finds extra work a busy host
+    hides in the functions' wall times. None when it is not material or not recurring."""
+    rows = cpu.on_cpu_steps
+    peers = peers[peers != i]
+    if rows is None or not len(peers):
+        return None
+    inner = rows[:, 1:-1] if rows.shape[1] >= EDGE_STEPS_FROM else rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanmedian(inner[peers], axis=0)
+    own = inner[i]
+    valid = np.isfinite(own) & np.isfinite(ref)
+    if valid.sum() < 2:
+        return None
+    own, ref = own[valid], ref[valid]
+    dilation = _dilation(cpu, i, peers)
+    extra = (own - ref) * dilation
+    excess = float(np.mean(extra))
+    if float(np.mean(own - ref)) < _peers_step_noise(inner[:, valid], peers, i):
+        # Work that moves from rank to rank step by step (uneven inputs): this rank's surplus
+        # is no larger than any peer's swing from step to step. Imbalance judges that.
+        return None
+    shown = int(np.sum(extra >= 0.5 * material_ms))
+    ratio = float(np.mean(own) / np.mean(ref)) if np.mean(ref) > 0 else float("inf")
+    if (
+        excess < material_ms
+        or ratio < MIN_CPU_RATIO
+        or shown < max(2, int(np.ceil(MIN_SHOWN_SHARE * len(extra))))
+    ):
+        return None
+    return CpuWork(excess, float(np.mean(own)), float(np.mean(ref)), shown, len(extra))
+
+
+def _peers_step_noise(rows: NDArray[np.float64], peers: NDArray[np.int64], i: int) -> float:
+    """The median peer's standard deviation, over steps, of its on-CPU time against the others'
+    (the rank included) in the same step, ms."""
+    members = np.r_[peers, i]
+    spreads = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for j in peers.tolist():
+            others = members[members != j]
+            spreads.append(float(np.nanstd(rows[j] - np.nanmedian(rows[others], axis=0))))
+    finite = [x for x in spreads if np.isfinite(x)]
+    return float(np.median(finite)) if finite else 0.0
 
 
 def held_back(

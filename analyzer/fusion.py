@@ -18,7 +18,14 @@ import numpy as np
 
 from perfdiag.analyzer.compare import Deviations
 from perfdiag.analyzer.contention import Contended, CpuWait, explained_by_contention
-from perfdiag.analyzer.cpu_cause import CpuCause, RankCpu, explain_excess, held_back
+from perfdiag.analyzer.cpu_cause import (
+    CpuCause,
+    CpuWork,
+    RankCpu,
+    cpu_work_excess,
+    explain_excess,
+    held_back,
+)
 from perfdiag.analyzer.features import (
     COMMUNICATION,
     LEVEL_CATEGORY,
@@ -218,22 +225,42 @@ def fuse(
         # materially longer than its peers (a second culprit waits for the first).
         works_more = host.on_cpu - _group_median(host.on_cpu, groups, reference)
         waits_more &= ~(works_more >= thresholds.min_excess_fraction * features.mean_step_ms)
-    suspects = np.flatnonzero(
-        ((material & (dev.outlying[:, nw] | outlying_work.any(axis=1))) | material_work)
-        & ~waits_more
-    )
+    suspected = (material & (dev.outlying[:, nw] | outlying_work.any(axis=1))) | material_work
+    computes_more: dict[int, CpuWork] = {}
+    if host is not None and host.on_cpu_steps is not None:
+        # Extra computation step by step, from the training thread's exact on-CPU time: on a
+        # busy host the functions' wall times carry every rank's wait for a CPU and hide it.
+        for i in range(len(features.ranks)):
+            found = cpu_work_excess(
+                host,
+                i,
+                _reference_peers(groups, reference, i),
+                thresholds.min_excess_fraction * float(step[i]),
+            )
+            if found is not None:
+                computes_more[i] = found
+                suspected[i] = True
+    suspects = np.flatnonzero(suspected & ~waits_more)
 
     result = Fusion()
     for i in suspects.tolist():  # culprits: a handful of ranks, never all of them
         worker = _slow_worker(features, dev, groups, thresholds, i, nw, functions, categories)
+        work = computes_more.get(i)
+        if worker is None and work is not None:
+            worker = _computing_worker(
+                features, dev, groups, thresholds, i, work, functions, categories
+            )
         if worker is None:
             continue
-        peers = groups.members(worker.group)
-        if reference[peers].sum() > 1:
-            peers = peers[reference[peers] | (peers == i)]
+        peers = _reference_peers(groups, reference, i)
         material_ms = thresholds.min_excess_fraction * worker.step_ms
         if host is not None:
             cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
+            if cause.kind == "contended" and work is not None:
+                # The functions' excess is mostly waiting for a CPU, but the rank does compute
+                # longer: it is named for that, and only that.
+                _with_cpu_work(worker, work, thresholds)
+                cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
@@ -245,7 +272,7 @@ def fuse(
                     "all-reduce there (a victim's wait, not the rank's work); not named"
                 )
                 continue
-            _with_cause(worker, cause)
+            _with_cause(worker, cause, exact=host.on_cpu_steps is not None)
         else:
             top = worker.top
             comm = features.index_of(COMMUNICATION)
@@ -306,6 +333,72 @@ def fuse(
     return result
 
 
+def _reference_peers(groups: PeerGroups, reference: np.ndarray, i: int) -> np.ndarray:
+    """Rank i's peer group, without the ranks already named (when that leaves a peer)."""
+    peers = groups.members(int(groups.labels[i]))
+    if reference[peers].sum() > 1:
+        peers = peers[reference[peers] | (peers == i)]
+    return peers
+
+
+def _with_cpu_work(worker: SlowWorker, work: CpuWork, thresholds: Thresholds) -> None:
+    worker.excess_ms = work.excess_ms
+    worker.steps_outlying, worker.steps = work.steps_shown, work.steps
+    worker.intermittent = work.steps_shown < thresholds.min_persistence * work.steps
+
+
+def _computing_worker(
+    features: Features,
+    dev: Deviations,
+    groups: PeerGroups,
+    thresholds: Thresholds,
+    i: int,
+    work: CpuWork,
+    functions: np.ndarray,
+    categories: np.ndarray,
+) -> SlowWorker | None:
+    """A rank found by its extra on-CPU time alone: no function passed the peer comparison, so
+    its contributors are the functions and categories whose time grew most."""
+    grew = np.flatnonzero(functions & (dev.excess_ms[i] > 0))
+    grew = grew[np.argsort(-dev.excess_ms[i, grew])]
+    grew_categories = np.flatnonzero(categories & (dev.excess_ms[i] > 0))
+    grew_categories = grew_categories[np.argsort(-dev.excess_ms[i, grew_categories])]
+    contributors = [_contributor(features, dev, i, int(k)) for k in grew[:TOP_CONTRIBUTORS]]
+    category_rows = [_contributor(features, dev, i, int(k)) for k in grew_categories]
+    if not contributors:
+        contributors = category_rows[:TOP_CONTRIBUTORS]
+    if not contributors:
+        return None
+    nw = features.non_wait_index
+    root = finding_category(
+        features.categories[int(grew_categories[0])]
+        if len(grew_categories)
+        else contributors[0].category
+    )
+    if is_idle(root):
+        root = "python"
+    return SlowWorker(
+        rank=int(features.ranks[i]),
+        position=i,
+        group=int(groups.labels[i]),
+        step_ms=float(features.mean_step_ms[i]),
+        excess_ms=work.excess_ms,
+        non_wait_ms=float(features.ms[i, nw]),
+        peers_non_wait_ms=float(dev.ref[i, nw]),
+        steps_outlying=work.steps_shown,
+        steps=work.steps,
+        peer_count=int(dev.peer_count[i]),
+        contributors=contributors,
+        categories=category_rows,
+        root_category=root,
+        root_basis=(
+            f"its training thread computed {work.on_cpu_ms:.1f} ms/step against its peers' "
+            f"{work.peers_on_cpu_ms:.1f} (on-CPU, step by step); category of the largest growth"
+        ),
+        intermittent=work.steps_shown < thresholds.min_persistence * work.steps,
+    )
+
+
 def _without_contended_communication(
     outliers: list[CommOutlier],
     features: Features,
@@ -352,8 +445,17 @@ def _group_median(values: np.ndarray, groups: PeerGroups, reference: np.ndarray)
     return out
 
 
-def _with_cause(worker: SlowWorker, cause: CpuCause) -> None:
+def _with_cause(worker: SlowWorker, cause: CpuCause, exact: bool = False) -> None:
     worker.cpu = cause
+    if exact and cause.own_ms is not None:
+        # With exact per-step counters the rank's own time is measured, not estimated: its
+        # extra computation (and its host's toll on it) is what it costs the job; the rest of
+        # its functions' excess is waiting for a CPU, which names no rank. Off-CPU time is
+        # derived (the step less the rest), so a blocked rank's excess is only capped by it.
+        if cause.kind == "work":
+            worker.excess_ms = cause.own_ms
+        elif cause.kind == "blocked":
+            worker.excess_ms = min(worker.excess_ms, cause.own_ms)
     if cause.kind in ("threads", "throttled", "starved"):
         worker.root_category = "host"
         worker.root_basis = cause.sentence
@@ -426,6 +528,8 @@ def _slow_worker(
             float(np.maximum(dev.excess_ms[i, outlying_functions], 0).sum()),
         )
         best = outlying_categories if len(outlying_categories) else outlying_functions
+        if not len(best):
+            return None  # a suspect by its on-CPU time alone (_computing_worker)
         k = int(best[np.argmax(dev.excess_ms[i, best])])
         steps_outlying, steps = int(dev.steps_outlying[i, k]), int(dev.steps_valid[i, k])
     if excess <= 0:

@@ -14,6 +14,7 @@ waits for a CPU before it runs again; that wait is not time outside communicatio
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -107,18 +108,28 @@ def _within_per_step(
 
 
 def host_usage(
-    samples: pa.Table, meta: WorkerMeta, events: pa.Table | None = None
+    samples: pa.Table,
+    meta: WorkerMeta,
+    events: pa.Table | None = None,
+    counters: Mapping[str, list[float]] | None = None,
 ) -> HostUsage | None:
-    """The worker's CPU use per step; None without its training thread's schedstat samples.
-    `events`: the window's events, to split the training thread's run-queue wait."""
+    """The worker's CPU use per step; None without its training thread's CPU time and wait.
+    `events`: the window's events, to split the training thread's run-queue wait.
+    `counters`: what the hook read at each step boundary (perfdiag/kineto/hook_window.py
+    `step_counters_ms`): where present, they replace the sampled values of the same counters,
+    exact per step however late the sampler ran."""
     bounds = np.asarray(meta.window.step_bounds_ns, dtype=np.int64).reshape(-1, 2)
     if samples.num_rows == 0 or not len(bounds):
         return None
+    counters = {k: v for k, v in (counters or {}).items() if len(v) == len(bounds)}
     device = f"rank{meta.rank}"
-    main_run = _per_step_ms(samples, "cpu_run_ns", device, bounds)
-    main_wait = _per_step_ms(samples, "cpu_runqueue_wait_ns", device, bounds)
+    main_run = counters.get("thread_cpu_ns") or _per_step_ms(samples, "cpu_run_ns", device, bounds)
+    main_wait = counters.get("thread_wait_ns") or _per_step_ms(
+        samples, "cpu_runqueue_wait_ns", device, bounds
+    )
     if main_run is None or main_wait is None:
         return None
+    exact = "thread_cpu_ns" in counters and "thread_wait_ns" in counters
     span = (int(bounds[0, 0]), int(bounds[-1, 1]))
     threads = _gauge(samples, "process_threads", device, span)
     quota = _gauge(samples, "cgroup_cpu_quota_cores", device, (0, span[1]))
@@ -130,15 +141,20 @@ def host_usage(
         if events is not None and events.num_rows
         else None
     )
+    if in_communication is not None:
+        # Sampled, so smeared across the samples' gaps: never more than the step's wait.
+        in_communication = [min(a, b) for a, b in zip(in_communication, main_wait, strict=True)]
     stamps, _ = _series(samples, "cpu_run_ns", device)
     stamps = stamps[(stamps >= span[0]) & (stamps <= span[1])]
     gap = float(np.percentile(np.diff(stamps), 95)) / 1e6 if len(stamps) > 2 else None
     return HostUsage(
         main_run_ms=main_run,
+        exact_steps=exact,
         sample_gap_p95_ms=round(gap, 3) if gap is not None else None,
         main_wait_ms=main_wait,
         main_wait_communication_ms=in_communication,
-        process_cpu_ms=_per_step_ms(samples, "process_cpu_run_ns", device, bounds),
+        process_cpu_ms=counters.get("process_cpu_ns")
+        or _per_step_ms(samples, "process_cpu_run_ns", device, bounds),
         process_wait_ms=_per_step_ms(samples, "process_runqueue_wait_ns", device, bounds),
         threads=int(threads.max()) if len(threads) else None,
         throttled_ms=_per_step_ms(samples, "cgroup_throttled_ns", device, bounds),

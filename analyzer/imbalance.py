@@ -33,7 +33,8 @@ MAX_RANKS = 4096
 
 
 MAX_SAMPLE_GAP = 0.25
-"""Per-step CPU times are judged only when the sampler's gaps (95th percentile) stay below this
+"""Per-step CPU times sampled from outside (not read by the hook at each step boundary) are
+judged only when the sampler's gaps (95th percentile) stay below this
 share of the step: on a busy host the sampler waits for a CPU too, and a value interpolated
 across a gap as long as a step says nothing about that step."""
 
@@ -47,7 +48,7 @@ def _work_per_step(
         if usage is None:
             return None
         gap = usage.sample_gap_p95_ms  # absent in captures that predate it: judged
-        if gap is not None and gap > MAX_SAMPLE_GAP * step_ms:
+        if not usage.exact_steps and gap is not None and gap > MAX_SAMPLE_GAP * step_ms:
             return None
         values = usage.main_run_ms[:width]
         out[i, : len(values)] = values

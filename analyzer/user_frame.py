@@ -142,18 +142,20 @@ def excess_frame(
     excess_ms: float,
     step_ms: float,
 ) -> str | None:
-    """The user's frame that holds a rank's excess: the innermost (least inclusive time) user
-    frame whose inclusive time per step exceeds a typical peer's by at least HOLDS of the
-    excess, short of the training loop itself; None when no frame does."""
+    """The user's frame that holds a rank's excess: of the user frames whose inclusive time per
+    step exceeds a typical peer's by at least HOLDS of the excess, short of the training loop
+    itself, the one most its own (the least of its time matched by the peer: a function only
+    this rank runs before a shared one it calls, or one every rank runs whose wall time a busy
+    host stretched), the innermost of equals; None when no frame holds the excess."""
     if excess_ms <= 0:
         return None
     mine = _inclusive_ms_per_step(own, own_steps)
     theirs = _inclusive_ms_per_step(peer, peer_steps)
     holding = [
-        (ms, name)
+        (round(theirs.get(name, 0.0) / ms, 1), ms, name)
         for name, ms in mine.items()
         if ms - theirs.get(name, 0.0) >= HOLDS * excess_ms
         and ms <= LOOP_SHARE * step_ms
         and not _anonymous(name)
     ]
-    return min(holding)[1] if holding else None
+    return min(holding)[2] if holding else None

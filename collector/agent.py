@@ -71,7 +71,7 @@ def process_window(
     from perfdiag.analyzer.host_usage import host_usage
     from perfdiag.collector.hardware import hardware_table, within
     from perfdiag.kineto import TraceError
-    from perfdiag.kineto.hook_window import read_hook_window
+    from perfdiag.kineto.hook_window import read_hook_window, step_counters_ms
     from perfdiag.parquet_io import table_to_bytes
     from perfdiag.schema import SUMMARY_SCHEMA_ID, with_meta
     from perfdiag.summary import summarize
@@ -102,7 +102,7 @@ def process_window(
                 samples = hardware_table(kept, meta)
                 if samples.num_rows:  # none when sampling began after the window (a restart)
                     summary = with_resources(summary, events, samples)
-                    usage = host_usage(samples, meta, events)
+                    usage = host_usage(samples, meta, events, step_counters_ms(hook, meta.window))
                     if usage is not None:
                         meta = meta.model_copy(update={"host_usage": usage})
                         summary = summary.replace_schema_metadata(

@@ -5,6 +5,12 @@ profiled step n is wrapped in a "ProfilerStep#n" user annotation (on the trace c
 start recorded in `step_marks` on the hook clock (time.perf_counter_ns), so that the GC pauses
 recorded on the hook clock can be placed on the trace. Files are written when the window ends:
 trace.json, then hook.json last (spool contract in collector/spool.py).
+
+Each mark also carries the training thread's CPU counters read at that very boundary (its
+on-CPU time, its run-queue wait from /proc schedstat, the process's CPU time): exact per-step
+CPU accounting. The agent's sampler reads the same counters from outside, but on a busy host it
+waits for a CPU too and its samples fall tens of ms apart, smearing one step into the next.
+A few µs per boundary, inside the window only.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class CaptureWindow:
         self._start_hold_ns = 0
         self._export = ""
         self._torch_version: Optional[str] = None
+        self._schedstat_fd: Optional[int] = None
 
     # --- training thread -------------------------------------------------------------------
 
@@ -64,6 +71,7 @@ class CaptureWindow:
         self._has_cuda = "cuda" in self.plan.activities and bool(torch.cuda.is_available())
         self._session = ProfilerSession(cuda=self._has_cuda, python_stacks=self.plan.python_stacks)
         self._session.start()
+        self._schedstat_fd = _open_schedstat()
         # The profiler's start allocates: collect now, inside the profiler's warm-up step (not
         # analysed), so that no full collection perfdiag caused lands in the window's steps.
         gc.collect()
@@ -77,7 +85,8 @@ class CaptureWindow:
         self._exit_step()
         if step > self.last_step:
             self._unregister_gc()
-            self._marks.append({"step": step, "clock_ns": time.perf_counter_ns()})
+            self._marks.append(self._mark(step))
+            self._close_schedstat()
             return True
         self._enter_step(step)
         return False
@@ -87,6 +96,7 @@ class CaptureWindow:
         Failures end up in `error` (and in hook.json when it can be written)."""
         begun = time.perf_counter_ns()
         self._unregister_gc()
+        self._close_schedstat()
         session, self._session = self._session, None
         if session is not None and self.error is None:
             try:
@@ -107,6 +117,7 @@ class CaptureWindow:
             self.error = error
         self._annotation = None
         self._unregister_gc()
+        self._close_schedstat()
         session, self._session = self._session, None
         if session is not None:
             session.abort()
@@ -118,7 +129,7 @@ class CaptureWindow:
         from torch.autograd.profiler import record_function
 
         annotation: Any = record_function(f"ProfilerStep#{step}")
-        self._marks.append({"step": step, "clock_ns": time.perf_counter_ns()})
+        self._marks.append(self._mark(step))
         annotation.__enter__()
         self._annotation = annotation
 
@@ -126,6 +137,28 @@ class CaptureWindow:
         annotation, self._annotation = self._annotation, None
         if annotation is not None:
             annotation.__exit__(None, None, None)
+
+    def _mark(self, step: int) -> Dict[str, int]:
+        mark = {
+            "step": step,
+            "clock_ns": time.perf_counter_ns(),
+            "thread_cpu_ns": time.thread_time_ns(),
+            "process_cpu_ns": time.process_time_ns(),
+        }
+        fd = self._schedstat_fd
+        if fd is not None:
+            try:
+                # schedstat: on-CPU ns, run-queue wait ns, timeslices.
+                mark["thread_wait_ns"] = int(os.pread(fd, 128, 0).split()[1])
+            except (OSError, ValueError, IndexError):
+                self._close_schedstat()
+        return mark
+
+    def _close_schedstat(self) -> None:
+        fd, self._schedstat_fd = self._schedstat_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
         # Runs inside the collector, on whichever thread triggered it: record, nothing more.
@@ -180,6 +213,14 @@ class CaptureWindow:
             self.error = self.error or f"could not write {spool.HOOK_META}: {_describe(exc)}"
             raise
         return meta
+
+
+def _open_schedstat() -> Optional[int]:
+    """The calling thread's /proc schedstat, kept open for the window (None off Linux)."""
+    try:
+        return os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+    except (OSError, AttributeError):
+        return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -20,7 +20,8 @@ Standard library only: the hook imports this module inside training processes.
         {"rank", "local_rank", "world_size", "host", "pid", "torch_version", "plan": {...},
          "first_step": n0, "steps": k, "python_stacks": bool, "has_cuda": bool,
          "clock": "perf_counter_ns",
-         "step_marks": [{"step": n, "clock_ns": t}, ...]   boundaries, hook clock
+         "step_marks": [{"step": n, "clock_ns": t, "thread_cpu_ns", "thread_wait_ns",
+                         "process_cpu_ns"}, ...]   boundaries, hook clock
          "gc": [{"start_ns", "end_ns", "generation", "collected"}, ...]  hook clock
          "error": null | "what went wrong",
          "pod", "export", "hold_ms": {"start", "stop"}}
@@ -30,7 +31,10 @@ Standard library only: the hook imports this module inside training processes.
         the window. gc records also carry "uncollectable" and "tid" (the native thread id of
         the thread that collected). "export": how the trace was written ("kineto_result_save"
         or "export_chrome_trace"); "hold_ms": how long the training thread was held to start
-        and to end the window. When "error" is set, trace.json may be missing and
+        and to end the window. A mark's counters are read at its boundary: the training
+        thread's CPU time (CLOCK_THREAD_CPUTIME_ID) and run-queue wait (its /proc schedstat;
+        absent where that cannot be read), the process's CPU time (CLOCK_PROCESS_CPUTIME_ID),
+        ns. When "error" is set, trace.json may be missing and
         step_marks/gc cover only what was recorded.
     <spool>/rank-<R>/stacks/<plan_id>.json
         A stack dump for a `stacks` plan: {"rank", "pid", "host", "time_unix", "step",

@@ -201,6 +201,12 @@ class HostUsage(BaseModel):
     process_wait_ms: list[float] | None = Field(
         default=None, description="All threads' run-queue wait, per step."
     )
+    exact_steps: bool = Field(
+        default=False,
+        description="main_run_ms and main_wait_ms (and process_cpu_ms where read) are the "
+        "counters the hook read at each step boundary: exact per step. Otherwise they are "
+        "interpolated between the agent's samples.",
+    )
     sample_gap_p95_ms: float | None = Field(
         default=None,
         description="95th percentile of the gaps between the training thread's samples: per-step "

@@ -9,6 +9,7 @@ ProfilerStep#n starts in the trace.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,36 @@ def _read_hook_window(
     return events.replace_schema_metadata(
         with_meta(EVENTS_SCHEMA, EVENTS_SCHEMA_ID, meta).metadata
     ), meta
+
+
+STEP_COUNTERS = ("thread_cpu_ns", "thread_wait_ns", "process_cpu_ns")
+"""The CPU counters the hook reads at each step boundary (collector/spool.py, step_marks)."""
+
+
+def step_counters_ms(hook: dict[str, Any], window: WindowMeta) -> dict[str, list[float]]:
+    """Each counter of STEP_COUNTERS the hook read at every boundary of the window's analysed
+    steps, as its increase in each step, ms. A counter missing or going backwards at any
+    boundary is left out; all are left out when the analysed steps are not the hook's own
+    (a trace that numbers its steps otherwise)."""
+    marks = hook.get("step_marks")
+    first = hook.get("first_step")
+    if not isinstance(marks, list) or not isinstance(first, int):
+        return {}
+    if window.start_step != first + 1 or window.steps != hook.get("steps"):
+        return {}
+    by_step = {m.get("step"): m for m in marks if isinstance(m, dict)}
+    boundaries = [
+        by_step.get(n) for n in range(window.start_step, window.start_step + window.steps + 1)
+    ]
+    out: dict[str, list[float]] = {}
+    for key in STEP_COUNTERS:
+        values = [m.get(key) if m is not None else None for m in boundaries]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            continue
+        deltas = [b - a for a, b in itertools.pairwise(values)]  # Python ints: no overflow
+        if all(0 <= d < 2**62 for d in deltas):
+            out[key] = [round(d / 1e6, 4) for d in deltas]
+    return out
 
 
 def analysed_steps(raw: RawTrace, first_step: int, steps: int) -> list[StepSpan]:

@@ -121,3 +121,39 @@ def test_abort_stops_a_started_session() -> None:
     session.abort()
     assert not profiler_enabled()
     session.abort()  # twice is harmless
+
+
+def test_step_marks_carry_the_training_threads_cpu_counters(tmp_path: Path) -> None:
+    """Each boundary's counters give each step's own CPU and off-CPU time, exactly: a step that
+    spins shows ~its length on-CPU, a step that sleeps shows almost none."""
+    from perfdiag.kineto.hook_window import STEP_COUNTERS, step_counters_ms
+    from perfdiag.schema import WindowMeta
+
+    plan = make_plan(steps=4)
+    window = CaptureWindow(plan, {"id": plan.id}, 3, tmp_path / "w", IDENTITY)
+    window.start()
+    step = 3
+    while True:
+        step += 1
+        if step % 2:
+            time.sleep(0.03)
+        else:
+            end = time.thread_time() + 0.03
+            while time.thread_time() < end:
+                pass
+        if window.boundary(step):
+            break
+    meta = window.finish()
+    assert all(set(STEP_COUNTERS) <= set(m) for m in meta["step_marks"])
+    window_meta = WindowMeta(id="w", start_step=4, steps=4, step_bounds_ns=[(0, 1)] * 4)
+    per_step = step_counters_ms(meta, window_meta)
+    assert set(per_step) == set(STEP_COUNTERS)
+    # Step n's work runs before boundary n+1: steps 4 and 6 sleep, 5 and 7 spin.
+    cpu = per_step["thread_cpu_ns"]
+    assert cpu[0] < 10 and cpu[2] < 10, cpu
+    assert cpu[1] >= 29 and cpu[3] >= 29, cpu
+    assert all(p >= t - 0.5 for p, t in zip(per_step["process_cpu_ns"], cpu, strict=True)), per_step
+    # A trace numbered otherwise, or a mark lost: no counter is guessed.
+    assert step_counters_ms(meta, window_meta.model_copy(update={"start_step": 5})) == {}
+    broken = dict(meta, step_marks=[m for m in meta["step_marks"] if m["step"] != 6])
+    assert step_counters_ms(broken, window_meta) == {}
