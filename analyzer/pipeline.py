@@ -37,6 +37,7 @@ from perfdiag.analyzer.hardware import (
 from perfdiag.analyzer.host_usage import cpu_wait_matrix
 from perfdiag.analyzer.imbalance import imbalance_findings
 from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
+from perfdiag.analyzer.nodes import slow_node_findings
 from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
 from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
 from perfdiag.analyzer.thresholds import Thresholds
@@ -54,6 +55,7 @@ Progress = Callable[[str], None]
 
 KIND_ORDER = {
     "hang": 0,
+    "slow_node": 1,
     "slow_worker": 1,
     "hardware": 2,
     "function_anomaly": 3,
@@ -152,6 +154,7 @@ def analyze_capture(
         *range_findings(violations),
         *imbalance_findings(capture.metas, features, groups, fusion),
     ]
+    candidates = slow_node_findings(candidates, capture.metas)
     reported = hang_findings(account)
     reported += [r for r in candidates if r.finding.severity >= limits.report_severity]
     below = [r for r in candidates if r.finding.severity < limits.report_severity]

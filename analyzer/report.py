@@ -76,7 +76,13 @@ def render_report(analysis: Analysis) -> str:
 def _culprits(analysis: Analysis) -> set[int]:
     ranks: set[int] = set()
     for reported in analysis.reported:
-        if reported.finding.kind in ("slow_worker", "function_anomaly", "hardware", "hang"):
+        if reported.finding.kind in (
+            "slow_worker",
+            "slow_node",
+            "function_anomaly",
+            "hardware",
+            "hang",
+        ):
             ranks.update(reported.finding.ranks)
     return ranks
 

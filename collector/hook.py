@@ -102,12 +102,14 @@ def active_hook() -> Optional[Hook]:
 
 
 def identity_from_env() -> Dict[str, Any]:
-    """Who this process is: rank, local rank and world size (torchrun's variables), host, pod."""
+    """Who this process is: rank, local rank and world size (torchrun's variables), host, pod.
+    The host is the machine: PERFDIAG_NODE_NAME where set (the pod's spec.nodeName, injected
+    through the downward API: a pod's own hostname is the pod's), else the hostname."""
     return {
         "rank": _env_int("RANK", 0),
         "local_rank": _env_int("LOCAL_RANK", 0),
         "world_size": _env_int("WORLD_SIZE", 1),
-        "host": socket.gethostname(),
+        "host": os.environ.get("PERFDIAG_NODE_NAME") or socket.gethostname(),
         "pod": os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or None,
         "pid": os.getpid(),
     }

@@ -33,6 +33,7 @@ HOOK_DIR = "/perfdiag/hook"
 SPOOL_DIR = "/perfdiag/spool"
 PODINFO_DIR = "/perfdiag/podinfo"
 PLAN_FILE = f"{PODINFO_DIR}/annotations"
+NODE_NAME_ENV = "PERFDIAG_NODE_NAME"
 IMAGE_HOOK_DIR = "/opt/perfdiag/hook"  # where the Dockerfile puts the hook folder
 COPY_CONTAINER = "perfdiag-hook"
 AGENT_CONTAINER = "perfdiag-agent"
@@ -124,7 +125,12 @@ def _training_env(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
         path = HOOK_DIR
     env = _with_env(env, "PYTHONPATH", path)
     env = _with_env(env, "PERFDIAG_SPOOL", SPOOL_DIR)
-    return _with_env(env, "PERFDIAG_PLAN", PLAN_FILE)
+    env = _with_env(env, "PERFDIAG_PLAN", PLAN_FILE)
+    # The machine the pod runs on: the analysis groups slow ranks by it (a slow node).
+    return [
+        *[v for v in env if v.get("name") != NODE_NAME_ENV],
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
 
 
 def _agent(training: Mapping[str, Any], config: InjectionConfig) -> dict[str, Any]:

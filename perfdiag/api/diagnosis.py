@@ -586,7 +586,8 @@ class FindingSummary(StatusModel):
     """One finding of the verdict, without its evidence (that is in verdict.json)."""
 
     kind: FindingKind = Field(
-        description="slow_worker, function_anomaly, expected_range, hang, hardware or imbalance."
+        description="slow_worker, slow_node, function_anomaly, expected_range, hang, hardware "
+        "or imbalance."
     )
     category: FindingCategory = Field(description="Taxonomy category of the cause.")
     function: str | None = Field(default=None, description="The function involved, if any.")

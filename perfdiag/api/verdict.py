@@ -13,7 +13,13 @@ VERDICT_SCHEMA = "perfdiag.verdict/v1"
 VerdictStatus = Literal["healthy", "degraded", "hang", "incomplete"]
 WorkerState = Literal["ok", "missing", "stuck"]
 FindingKind = Literal[
-    "slow_worker", "function_anomaly", "expected_range", "hang", "hardware", "imbalance"
+    "slow_worker",
+    "function_anomaly",
+    "expected_range",
+    "hang",
+    "hardware",
+    "imbalance",
+    "slow_node",  # added in v1: most ranks of one machine slow together, for one cause
 ]
 FindingCategory = Literal[
     "gpu_compute",

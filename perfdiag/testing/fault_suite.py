@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfdiag.api import Verdict
+from perfdiag.testing.processes import free_port
 
 FAULT_JOB = Path(__file__).with_name("fault_job.py")
 CULPRIT_KINDS = frozenset({"slow_worker", "hardware", "function_anomaly", "slow_node"})
@@ -38,6 +39,9 @@ class FaultClass:
     """A finding kind that must be reported (e.g. imbalance); None: culprits decide."""
     job_args: tuple[str, ...] = ()
     needs_root: bool = False
+    nodes: int = 1
+    """Local "nodes": one `perfdiag run` each (--nnodes, --node-rank), all on this host, each
+    with its own PERFDIAG_NODE_NAME (node-0, node-1, …), as a multi-node job's nodes run it."""
     fast: bool = False
     """Part of the subset the test suite runs."""
 
@@ -94,6 +98,17 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("threads", "threads", 4, (2,), _c("host", "cpu_op")),
     FaultClass("memory", "memory", 4, (2,), _c("python", "host"), "cache_features"),
     FaultClass("uneven", "uneven", 4, kind="imbalance"),
+    FaultClass(
+        "slow-node",
+        "slow-node",
+        4,
+        (2, 3),
+        _c("cpu_op"),
+        kind="slow_node",
+        job_args=("--extra-repeats", "24"),
+        nodes=2,
+        fast=True,
+    ),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 
@@ -221,11 +236,20 @@ def _run(
     capture_steps: int,
 ) -> Outcome:
     fault_ranks = ",".join(map(str, fault_class.culprits))
+    nodes = fault_class.nodes
+    port = free_port()
+
+    def node_options(node: int) -> list[str]:
+        if nodes == 1:
+            return []
+        return ["--nnodes", str(nodes), "--node-rank", str(node), "--master-addr", "127.0.0.1",
+                "--master-port", str(port)]  # fmt: skip
+
     argv = [
         perfdiag or str(Path(sys.executable).with_name("perfdiag")),
         "run",
         "--nproc-per-node",
-        str(fault_class.ranks),
+        str(fault_class.ranks // nodes),
         "--out",
         str(out),
         "--capture-steps",
@@ -256,13 +280,27 @@ def _run(
 
     threading.Thread(target=stop_when_verdict, daemon=True).start()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s + 60, env=env, check=False
+    runs = [
+        subprocess.Popen(
+            [*argv[:2], *node_options(node), *argv[2:]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "PERFDIAG_NODE_NAME": f"node-{node}"} if nodes > 1 else env,
         )
+        for node in range(nodes)
+    ]
+    try:
+        # The node with global rank 0 (node 0) writes the verdict; the others end with it.
+        outputs = [run.communicate(timeout=timeout_s + 60) for run in runs]
     except subprocess.TimeoutExpired:
         return Outcome(fault_class.name, False, "perfdiag run timed out", "timeout", out=str(out))
     finally:
         done.set()
         stop_file.touch()
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    proc = subprocess.CompletedProcess(argv, runs[0].returncode, *outputs[0])
     return _judged(fault_class, verdict_file, proc, time.monotonic() - started, out)

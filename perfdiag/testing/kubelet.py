@@ -12,8 +12,8 @@ What it does, as the real ones would:
   Always) kept running and restarted when they exit, then the main containers; when they end
   the sidecars get SIGTERM; the pod's phase (Running, Succeeded, Failed) and podIP are written
   to its status;
-- env: value with $(VAR) expansion, fieldRef (name, namespace, uid, podIP, annotations,
-  labels), secretKeyRef and envFrom secretRef, read from the API server;
+- env: value with $(VAR) expansion, fieldRef (name, namespace, uid, podIP, nodeName,
+  annotations, labels), secretKeyRef and envFrom secretRef, read from the API server;
 - images are local: `Image` maps an image name to its ENTRYPOINT/CMD, working directory and the
   files it carries (e.g. /opt/perfdiag/hook); container paths in command, args and env values
   are translated to the pod's folders (volume mounts) or the image's files;
@@ -244,6 +244,8 @@ class LocalPod:
             path = source["fieldRef"]["fieldPath"]
             if path == "status.podIP":
                 return self.ip
+            if path == "spec.nodeName":
+                return str(self.manifest["spec"].get("nodeName") or self.kubelet.node_of(self.name))
             if path.startswith("metadata.") and "[" not in path:
                 return str(meta.get(path.split(".", 1)[1], ""))
             match = _FIELD.match(path)
@@ -386,7 +388,10 @@ class LocalKubelet:
         *,
         poll_s: float = 0.3,
         first_address: int = 2,
+        node_of: Callable[[str], str] | None = None,
     ) -> None:
+        """`node_of`: the node a pod (by name) runs on, its spec.nodeName where the manifest
+        has none (no scheduler here); one node, "local-node", by default."""
         import kubernetes
 
         self.core: Any = kubernetes.client.CoreV1Api(api_client)
@@ -400,6 +405,7 @@ class LocalKubelet:
         self.jobs: dict[str, LocalPod] = {}
         self.job_attempts: dict[str, int] = {}
         self.hosts: dict[str, str] = {}
+        self.node_of = node_of or (lambda _pod: "local-node")
         self.hold_jobs = False  # True: new Jobs wait (as if no node could take their pod yet)
         self._next_address = first_address
         self._stop = threading.Event()

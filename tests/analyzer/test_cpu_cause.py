@@ -125,3 +125,52 @@ def test_a_nic_shared_by_the_ranks_of_a_host_names_none_of_them() -> None:
     assert shared == [] and "share its NIC counters" in notes[0]
     own, notes = without_shared_host_resources([network(0)], {0: "a", 1: "b"})
     assert own == [network(0)] and notes == []
+
+
+def per_step(rows: list[list[float]]) -> RankCpu:
+    """Four ranks with exact per-step on-CPU times `rows` (ms), waiting half their time."""
+    steps = np.array(rows, dtype=float)
+    means = steps[:, 1:-1].mean(axis=1)
+    base = cpu(on_cpu=list(means), cpu_wait=list(means))
+    return RankCpu(**{**base.__dict__, "on_cpu_steps": steps})
+
+
+def test_a_rank_computing_longer_in_every_step_is_found_on_a_busy_host() -> None:
+    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+
+    rng = np.random.default_rng(1)
+    rows = 6.0 + 0.3 * rng.standard_normal((4, 10))
+    rows[3] += 2.0  # 2 ms of extra computation a step, every step
+    work = cpu_work_excess(per_step(rows.tolist()), 3, PEERS, MATERIAL)
+    assert work is not None
+    # Half of every rank's time is run-queue wait: each extra ms on a CPU costs two.
+    assert work.excess_ms == pytest.approx(4.0, abs=0.6)
+    assert work.steps_shown == work.steps == 8
+    assert cpu_work_excess(per_step(rows.tolist()), 0, PEERS, MATERIAL) is None
+
+
+def test_a_rank_stalling_every_third_step_is_found_and_recurring() -> None:
+    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+
+    rows = np.full((4, 10), 6.0)
+    rows[2, ::3] += 20.0
+    work = cpu_work_excess(per_step(rows.tolist()), 2, PEERS, MATERIAL)
+    assert work is not None and work.steps_shown == 2 and work.steps == 8
+
+
+def test_work_that_moves_from_rank_to_rank_names_no_rank() -> None:
+    """Uneven inputs: every rank's work swings from step to step; one rank's slightly larger
+    mean is no rank's fault (imbalance reports it)."""
+    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+
+    rng = np.random.default_rng(7)
+    rows = rng.choice([3.0, 6.0, 12.0, 24.0], size=(4, 10)) * 0.4 + 5.0
+    rows[1] += 1.5
+    found = [cpu_work_excess(per_step(rows.tolist()), i, PEERS, MATERIAL) for i in range(4)]
+    assert found == [None] * 4
+
+
+def test_without_exact_counters_no_rank_is_judged_step_by_step() -> None:
+    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+
+    assert cpu_work_excess(cpu(on_cpu=[8.0, 8.0, 20.0, 8.0]), 2, PEERS, MATERIAL) is None

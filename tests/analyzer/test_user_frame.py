@@ -95,3 +95,31 @@ def test_the_frame_named_is_the_innermost_user_frame_holding_the_excess() -> Non
     assert name == "train.py(40): flush_metrics"  # not main (the loop), not the builtin
     # An excess no user frame holds names none.
     assert excess_frame(peer, 2, peer, 2, excess_ms=20.0, step_ms=100.0) is None
+
+
+def test_a_function_only_the_culprit_runs_is_named_before_a_shared_one_it_calls() -> None:
+    # Every rank runs augment (5 ms/step); the culprit also calls it from extra_compute
+    # (10 ms/step more). augment is innermost and holds the excess too, but it is mostly
+    # what every rank does: extra_compute is what only this rank does.
+    culprit = windowed(
+        [
+            ("train.py(300): main", 0, 100),
+            ("train.py(300): main", 100, 100),
+            ("train.py(20): augment", 10, 5),
+            ("train.py(20): augment", 110, 5),
+            ("train.py(30): extra_compute", 20, 10),
+            ("train.py(20): augment", 20, 10),
+            ("train.py(30): extra_compute", 120, 10),
+            ("train.py(20): augment", 120, 10),
+        ]
+    )
+    peer = windowed(
+        [
+            ("train.py(300): main", 0, 90),
+            ("train.py(300): main", 100, 90),
+            ("train.py(20): augment", 10, 5),
+            ("train.py(20): augment", 110, 5),
+        ]
+    )
+    name = excess_frame(culprit, 2, peer, 2, excess_ms=10.0, step_ms=100.0)
+    assert name == "train.py(30): extra_compute"

@@ -128,6 +128,8 @@ def test_apiserver_injects_opted_in_pods(cluster: Any, kube_namespace: str) -> N
     training, logger = spec["containers"]
     assert logger["name"] == "logger" and logger["env"] is None  # other containers untouched
     env = {e["name"]: e["value"] for e in training["env"]}
+    node = next(e for e in training["env"] if e["name"] == "PERFDIAG_NODE_NAME")
+    assert node["value_from"]["field_ref"]["field_path"] == "spec.nodeName"  # the machine
     assert env["PYTHONPATH"] == "/perfdiag/hook:/workspace/lib"  # the user's path kept
     assert env["PERFDIAG_SPOOL"] == "/perfdiag/spool"
     assert env["PERFDIAG_PLAN"] == "/perfdiag/podinfo/annotations"
