@@ -240,6 +240,8 @@ def fuse(
             if found is not None:
                 computes_more[i] = found
                 suspected[i] = True
+                # It computes longer step by step: what it waits more is for another culprit.
+                waits_more[i] = False
     suspects = np.flatnonzero(suspected & ~waits_more)
 
     result = Fusion()

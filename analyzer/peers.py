@@ -69,6 +69,10 @@ def by_function_signature(features: Features, jaccard: float) -> PeerGroups:
         ],
         dtype=bool,
     )
+    # A role's functions are significant on each of its ranks: a function significant on
+    # fewer ranks than a role holds is one rank's own (a fault, or a busy host's chance wait
+    # stretching some function on one rank), never a role.
+    cols &= (features.beta >= SIGNATURE_MIN_BETA).sum(axis=0) >= MIN_ROLE_SIZE
     if len(features.ranks) < 2 * MIN_ROLE_SIZE or not cols.any():
         return one_group(features)
     beta = features.beta[:, cols]

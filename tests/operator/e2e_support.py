@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,10 +137,12 @@ def running_training(
     *,
     script: Path = TRAIN_SCRIPT,
     args: list[str] | None = None,
+    node_of: Callable[[str], str] | None = None,
 ) -> Iterator[Training]:
     """The PyTorchJob applied, its pods created as the training operator would, run by the
     local kubelet until the ranks are training; stopped (stop file, then the kubelet) after.
-    Default training: perfdiag's demo with a slow rank (`demo_args`)."""
+    Default training: perfdiag's demo with a slow rank (`demo_args`). `node_of`: the node each
+    pod (by name) runs on (one node by default)."""
     stop_file = workdir / f"{name}.stop"
     job = pytorchjob(name, demo_args(stop_file) if args is None else args)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
@@ -156,6 +158,7 @@ def running_training(
         workdir / "kubelet",
         images(workdir, script),
         base_env(),
+        node_of=node_of,
     ).start()
     training = Training(name, created["metadata"]["uid"], [p["metadata"]["name"] for p in pods],
                         kubelet, stop_file)  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
+from perfdiag.testing.fault_suite import FAULT_JOB
 from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
@@ -95,3 +96,47 @@ def test_kubectl_apply_to_verdict(
     # The step rate was measured first: every rank captured the same steps, planned ahead.
     assert status["window"]["startStep"] > status["watch"]["step"] > 0, status
     assert status["watch"]["stepsPerSecond"] > 0, status["watch"]
+
+
+def test_a_slow_node_is_named_with_its_pods(
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+) -> None:
+    """The job's two pods on two nodes; both ranks of the worker pod's node do extra work: one
+    slow_node finding names that node (spec.nodeName, through the downward API), its pod and
+    its ranks, not two slow workers."""
+    ns = kube_namespace
+    storage_secret(cluster, ns, minio_server)
+    stop_file = tmp_path / "slow-node.stop"
+    args = ["--fault=slow-node", "--fault-ranks=2,3", "--extra-repeats=24",
+            f"--stop-file={stop_file}", "--max-seconds=900"]  # fmt: skip
+    with cluster.operator(ns):
+        wait_webhook(cluster, ns)
+        with running_training(
+            cluster, ns, tmp_path, "slow-node", script=FAULT_JOB, args=args,
+            node_of=lambda pod: "node-b" if "-worker-" in pod else "node-a",
+        ) as training:  # fmt: skip
+            diagnosis = cluster.diagnosis(
+                "which-node",
+                {"kind": "PyTorchJob", "name": training.name},
+                capture={"steps": CAPTURE_STEPS, "timeoutSeconds": 240},
+            )
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(diagnosis))
+
+            def done() -> dict[str, Any] | None:
+                status = (cluster.get(ns, "which-node") or {}).get("status") or {}
+                return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+            try:
+                status = cluster.wait_for(done, "a verdict", timeout=300)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{training.logs()}") from None
+            prefix = status.get("artifacts", {}).get("prefix")
+    assert status["phase"] == "Succeeded", status
+    stored = json.loads(open_storage(prefix).get_text("verdict.json"))
+    hosts = {w["rank"]: w["host"] for w in stored["workers"]}
+    assert hosts == {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}, stored["workers"]
+    nodes = [f for f in stored["findings"] if f["kind"] == "slow_node"]
+    assert nodes, stored["findings"]
+    assert nodes[0]["ranks"] == [2, 3] and nodes[0]["evidence"]["node"] == "node-b"
+    assert nodes[0]["evidence"]["pods"] == [f"{training.name}-worker-0"]
+    assert not [f for f in stored["findings"] if f["kind"] == "slow_worker" and 2 in f["ranks"]]
