@@ -178,32 +178,54 @@ class HardwareSampler:
 
     def _cgroup_reader(self, rank: int, pid: int) -> None:
         """The CPU quota of the rank's cgroup (a Kubernetes CPU limit) and the time the
-        kernel held the group back for it (cpu.stat throttled time)."""
-        found = cgroup_cpu_dir(self.proc, pid)
-        if found is None:
-            return
-        folder, version = found
+        kernel held the group back for it (cpu.stat throttled time).
+
+        The process is sampled from its start, and it may move to another cgroup after that (a
+        launcher or the process itself placing it): the group is looked up again once a
+        second, and the throttled counters carry on from where the old group's ended."""
         device = f"rank{rank}"
-        quota = cgroup_quota_cores(folder, version)
-        if quota is not None:
-            self._series_for("cgroup_cpu_quota_cores", device).add(time.time_ns(), quota)
         throttled = self._series_for("cgroup_throttled_ns", device, counter=True)
         periods = self._series_for("cgroup_nr_throttled", device, counter=True)
-        unit = 1000.0 if version == 2 else 1.0  # v2: throttled_usec, v1: throttled_time (ns)
-        key = b"throttled_usec" if version == 2 else b"throttled_time"
-        try:
-            fd = os.open(os.path.join(folder, "cpu.stat"), os.O_RDONLY)
-        except OSError:
-            return
-        self._open_fds.append({"cpu.stat": fd})
+        state: dict[str, Any] = {"found": None, "fd": None, "next_ns": 0, "offsets": (0.0, 0.0)}
+
+        def attach(now: int) -> None:
+            state["next_ns"] = now + 1_000_000_000
+            found = cgroup_cpu_dir(self.proc, pid)
+            if found == state["found"]:
+                return
+            try:
+                fd = os.open(os.path.join(found[0], "cpu.stat"), os.O_RDONLY) if found else None
+            except OSError:
+                fd = None
+            state["found"] = found
+            if state["fd"] is not None:
+                # Continue the counters across the move: the new group's first reading is
+                # where the old group's last one was.
+                last = (throttled.values[-1], periods.values[-1]) if len(throttled.ts) else None
+                first = _cpu_stat(fd, found[1]) if fd is not None and found else None
+                if last is not None and first is not None:
+                    state["offsets"] = (last[0] - first[0], last[1] - first[1])
+            state["fd"] = fd
+            if fd is not None:
+                self._open_fds.append({"cpu.stat": fd})
+            quota = cgroup_quota_cores(found[0], found[1]) if found else None
+            if quota is not None:
+                self._series_for("cgroup_cpu_quota_cores", device).add(now, quota)
 
         def read(now: int) -> None:
-            values = dict(
-                line.split()[:2] for line in os.pread(fd, 1024, 0).splitlines() if line.strip()
-            )
-            throttled.add(now, float(values.get(key, 0)) * unit)
-            periods.add(now, float(values.get(b"nr_throttled", 0)))
+            if now >= state["next_ns"]:
+                attach(now)
+            fd, found = state["fd"], state["found"]
+            if fd is None or found is None:
+                return
+            value = _cpu_stat(fd, found[1])
+            if value is not None:
+                throttled.add(now, value[0] + state["offsets"][0])
+                periods.add(now, value[1] + state["offsets"][1])
 
+        attach(time.time_ns())
+        if state["found"] is None:
+            return
         self._fast.append(_Reader(f"cgroup:{rank}", self._period(PROCESS_S), read))
 
     def _raw_reader(self, path: str, key: str, period_s: float) -> None:
@@ -548,6 +570,22 @@ def gpu_index(local_rank: int | None) -> int | None:
     if local_rank < len(entries) and entries[local_rank].isdigit():
         return int(entries[local_rank])
     return local_rank
+
+
+def _cpu_stat(fd: int, version: int) -> tuple[float, float] | None:
+    """(throttled ns, throttled periods) from an open cpu.stat; None when unreadable."""
+    try:
+        text = os.pread(fd, 1024, 0)
+    except OSError:
+        return None
+    values = dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
+    # v2: throttled_usec, v1: throttled_time (ns)
+    throttled = (
+        float(values.get(b"throttled_usec", 0)) * 1000.0
+        if version == 2
+        else float(values.get(b"throttled_time", 0))
+    )
+    return throttled, float(values.get(b"nr_throttled", 0))
 
 
 def cgroup_cpu_dir(proc: str, pid: int) -> tuple[str, int] | None:

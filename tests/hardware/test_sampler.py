@@ -3,6 +3,8 @@ there is one (without, it samples the host only and says so once)."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
 import time
@@ -151,3 +153,45 @@ def test_a_worker_file_keeps_the_samples_of_its_window() -> None:
     (kept,) = hardware.within([series], 25, 60)
     assert list(kept.ts) == [30, 40, 50, 60]
     assert list(kept.values) == [3, 4, 5, 6]
+
+
+def test_a_process_moved_into_a_cpu_limited_cgroup_is_followed() -> None:
+    """The sampler watches a rank from its start; the rank is then placed in a cgroup with a
+    CPU quota (as a launcher, or the fault suite's cpu-quota class, does): the quota and the
+    throttled time are read from the new group, and the counter carries on without a jump."""
+    import subprocess
+    import sys
+
+    assert os.geteuid() == 0, "this test needs root to create a cpu cgroup"
+    code = (
+        "import sys, time\n"
+        "sys.stdin.readline()\n"  # moved once the sampler runs
+        "from perfdiag.testing.fault_job import hold_to_cpu_quota\n"
+        "print(hold_to_cpu_quota(0.1), flush=True)\n"
+        "end = time.time() + 3\n"
+        "while time.time() < end: pass\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    sampler = HardwareSampler(pids={0: child.pid}, use_gpu=False)
+    sampler.start()
+    try:
+        time.sleep(0.3)
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write("\n")
+        child.stdin.flush()
+        group = child.stdout.readline().strip()
+        child.wait(timeout=30)
+        time.sleep(1.2)
+    finally:
+        sampler.stop()
+        child.kill()
+        with contextlib.suppress(OSError, NameError):
+            os.rmdir(group)
+    series = {(s.metric, s.device): s for s in sampler.samples()}
+    quota = series[("cgroup_cpu_quota_cores", "rank0")]
+    assert list(quota.values)[-1] == pytest.approx(0.1)
+    throttled = list(series[("cgroup_throttled_ns", "rank0")].values)
+    assert throttled[-1] - throttled[0] > 1e9  # held back ~2.7 s of the 3 s busy loop
+    assert all(b >= a for a, b in itertools.pairwise(throttled))
