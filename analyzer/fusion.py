@@ -266,12 +266,22 @@ def fuse(
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
+            engine = _autograd_excess(features, dev, functions, i)
             top = worker.top
-            if cause.kind == "blocked" and top and (top.function or "").startswith(AUTOGRAD):
+            if top is not None and (top.function or "").startswith(AUTOGRAD):
+                engine = (top.function or "", max(top.excess_ms, worker.excess_ms))
+            if (
+                cause.kind == "blocked"
+                and engine is not None
+                and engine[1] >= 0.5 * worker.excess_ms
+            ):
+                # Its extra blocking is inside the autograd engine (the top contributor, or a
+                # category such as Python time holding it): a lock DDP's reducer waits on.
                 result.contended_notes.append(
                     f"rank {worker.rank}: blocked {worker.excess_ms:.1f} ms/step longer than its "
-                    f"peers inside {top.function}: data parallelism waits for its gradient "
-                    "all-reduce there (a victim's wait, not the rank's work); not named"
+                    f"peers, {engine[1]:.1f} of it inside {engine[0]}: data parallelism waits "
+                    "for its gradient all-reduce there (a victim's wait, not the rank's work); "
+                    "not named"
                 )
                 continue
             _with_cause(worker, cause, exact=host.on_cpu_steps is not None)
@@ -333,6 +343,17 @@ def fuse(
             result.communication, features, groups, host, result.contended_notes
         )
     return result
+
+
+def _autograd_excess(
+    features: Features, dev: Deviations, functions: np.ndarray, i: int
+) -> tuple[str, float] | None:
+    """The autograd engine's entry among the functions, and rank i's excess in it, ms/step."""
+    for k in np.flatnonzero(functions).tolist():
+        name = features.functions[k] or ""
+        if name.startswith(AUTOGRAD):
+            return name, float(dev.excess_ms[i, k])
+    return None
 
 
 def _reference_peers(groups: PeerGroups, reference: np.ndarray, i: int) -> np.ndarray:

@@ -52,9 +52,8 @@ def slow_node_findings(reported: list[Reported], metas: Mapping[int, WorkerMeta]
         if len(slow_elsewhere) > MIN_SHARE * len(others):
             continue  # most machines are slow: not one node's problem
         node = _node_finding(host, sorted(ranks), culprits, mine, metas)
-        out = [_without_ranks(r, set(culprits)) for r in out]
-        out = [r for r in out if r is not None]
-        out.append(node)
+        kept = (_without_ranks(r, set(culprits)) for r in out)
+        out = [*(r for r in kept if r is not None), node]
     return out
 
 
@@ -120,7 +119,7 @@ def _node_finding(
     )
     finding = Finding(
         kind="slow_node",
-        category=category,  # type: ignore[arg-type]
+        category=category,
         function=function,
         ranks=culprits,
         severity=lead.severity,

@@ -107,8 +107,9 @@ def step_counters_ms(hook: dict[str, Any], window: WindowMeta) -> dict[str, list
     ]
     out: dict[str, list[float]] = {}
     for key in STEP_COUNTERS:
-        values = [m.get(key) if m is not None else None for m in boundaries]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        read = [m.get(key) if m is not None else None for m in boundaries]
+        values = [v for v in read if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(values) != len(read):
             continue
         deltas = [b - a for a, b in itertools.pairwise(values)]  # Python ints: no overflow
         if all(0 <= d < 2**62 for d in deltas):
