@@ -361,6 +361,20 @@ def held_back(
             f"and its training thread waited {d_wait:.1f} ms/step longer for a CPU: its own "
             "threads take the cores it needs",
         )
+    if d_other >= BUSY_THREADS_FACTOR * material_ms and cpu.host_load[i] > 1.0 and cpu.host_cores:
+        # On a host with more runnable threads than cores, the CPU its extra threads burn is
+        # taken from every rank on it, its own training thread no more than the others: the
+        # job loses about that CPU spread over the cores.
+        threads = cpu.threads[i]
+        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        return CpuCause(
+            "threads",
+            d_other / cpu.host_cores,
+            evidence,
+            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'{count} "
+            f"on a host with {cpu.host_runnable or 0:.1f} runnable threads on {cpu.host_cores} "
+            "cores: they take CPU time from every rank there",
+        )
     peers_share = peer_median(cpu.run_share, peers)
     # Starved by its host: the rank's host has more runnable threads than cores while its peers'
     # hosts do not. On a host the rank shares with its peers, which of them waits is chance.

@@ -263,6 +263,16 @@ def fuse(
                 # longer: it is named for that, and only that.
                 _with_cpu_work(worker, work, thresholds)
                 cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
+            if cause.kind == "work" and host.on_cpu_steps is not None and work is None:
+                # Its mean says it computes longer, but step by step it does not stand out
+                # from its peers' own swings (work moving from rank to rank: imbalance).
+                result.contended_notes.append(
+                    f"rank {worker.rank}: its training thread computed "
+                    f"{cause.evidence['on_cpu_ms_per_step']['rank']} ms/step against its "
+                    f"peers' {cause.evidence['on_cpu_ms_per_step']['peers_median']}, but not "
+                    "step by step beyond their own swings; not named"
+                )
+                continue
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue

@@ -16,6 +16,7 @@ import numpy as np
 from perfdiag.analyzer.features import Features
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.fusion import Fusion
+from perfdiag.analyzer.host_usage import outside_communication
 from perfdiag.analyzer.peers import PeerGroups
 from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.verdict import Finding
@@ -71,10 +72,12 @@ def imbalance_findings(
             continue
         if len(members) > MAX_RANKS:
             members = members[np.argsort(-np.nanmean(work[members], axis=1))[:MAX_RANKS]]
-        found = _group_imbalance(work[members], features.steps.durations_ms[members])
+        dilation = _dilation(metas, features.ranks[members])
+        found = _group_imbalance(work[members], features.steps.durations_ms[members], dilation)
         if found is None:
             continue
         loss_ms, step_ms, shown, slowest = found
+        cpu_loss_ms = loss_ms / dilation
         ranks = features.ranks[members]
         counts = np.bincount(slowest, minlength=len(members))
         top = ranks[np.argsort(-counts)[: min(8, len(members))]]
@@ -83,8 +86,14 @@ def imbalance_findings(
         severity = min(1.0, loss_ms / step_ms)
         message = (
             f"Work is spread unevenly across ranks {format_ranks(ranks.tolist())}: in each step "
-            f"the slowest rank computes {ms(loss_ms)} longer than the median rank "
-            f"({pct(severity)} of the {ms(step_ms)} step, in {shown}/{len(slowest)} steps), "
+            f"the slowest rank computes {ms(cpu_loss_ms)} longer than the median rank"
+            + (
+                f", {ms(loss_ms)} of wall time on a host where the ranks ran "
+                f"{pct(1 / dilation)} of their runnable time"
+                if dilation > 1.05
+                else ""
+            )
+            + f" ({pct(severity)} of the {ms(step_ms)} step, in {shown}/{len(slowest)} steps), "
             f"and the others wait for it; which rank is slowest changes from step to step "
             f"(most often {', '.join(map(str, top[:4]))}), so no single rank is at fault. "
             f"Spread of the training threads' CPU time per step: {ms(float(np.nanmedian(spread)))}"
@@ -100,6 +109,8 @@ def imbalance_findings(
             evidence={
                 "group_ranks": format_ranks(ranks.tolist()),
                 "loss_ms_per_step": round(loss_ms, 3),
+                "cpu_loss_ms_per_step": round(cpu_loss_ms, 3),
+                "dilation": round(dilation, 3),
                 "step_ms": round(step_ms, 3),
                 "steps_shown": shown,
                 "steps": len(slowest),
@@ -117,14 +128,32 @@ def imbalance_findings(
     return out
 
 
+def _dilation(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> float:
+    """What a ms of computation costs in wall time on the group's hosts: 1 / the median share
+    of their runnable time the ranks' training threads ran (at most 4; 1 without samples).
+    On a busy host the slowest rank's extra work keeps the others waiting that much longer."""
+    shares = []
+    for rank in ranks.tolist():
+        usage = metas[int(rank)].host_usage
+        if usage is None:
+            return 1.0
+        run = float(np.mean(usage.main_run_ms)) if usage.main_run_ms else 0.0
+        wait = float(np.mean(outside_communication(usage))) if usage.main_wait_ms else 0.0
+        if run + wait > 0:
+            shares.append(run / (run + wait))
+    if not shares:
+        return 1.0
+    return 1.0 / min(max(float(np.median(shares)), 0.25), 1.0)
+
+
 def _group_imbalance(
-    work: np.ndarray, durations: np.ndarray
+    work: np.ndarray, durations: np.ndarray, dilation: float = 1.0
 ) -> tuple[float, float, int, np.ndarray] | None:
     valid = ~np.isnan(work).any(axis=0) & ~np.isnan(durations).any(axis=0)
     if valid.sum() < 3:
         return None
     work, durations = work[:, valid], durations[:, valid]
-    loss = np.max(work, axis=0) - np.median(work, axis=0)
+    loss = (np.max(work, axis=0) - np.median(work, axis=0)) * dilation
     step = np.median(durations, axis=0)
     step_ms = float(np.mean(step))
     loss_ms = float(np.mean(loss))

@@ -174,3 +174,15 @@ def test_without_exact_counters_no_rank_is_judged_step_by_step() -> None:
     from perfdiag.analyzer.cpu_cause import cpu_work_excess
 
     assert cpu_work_excess(cpu(on_cpu=[8.0, 8.0, 20.0, 8.0]), 2, PEERS, MATERIAL) is None
+
+
+def test_extra_threads_on_an_oversubscribed_host_hold_the_job_back() -> None:
+    """A rank whose other threads burn 30 ms/step more CPU on a host with more runnable threads
+    than cores: every rank waits for those cores alike, its own training thread no more than the
+    others; it is held back for the CPU it takes, spread over the cores."""
+    busy = cpu(other_threads=[2.0, 2.2, 32.0, 2.1], host_load=[2.5] * 4)
+    cause = held_back(busy, 2, PEERS, MATERIAL)
+    assert cause is not None and cause.kind == "threads"
+    assert cause.excess_ms == pytest.approx(29.9 / 4)  # host_cores=4
+    # The same threads on a host with cores to spare take nothing from the others.
+    assert held_back(cpu(other_threads=[2.0, 2.2, 32.0, 2.1]), 2, PEERS, MATERIAL) is None
