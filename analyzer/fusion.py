@@ -40,6 +40,9 @@ from perfdiag.analyzer.peers import PeerGroups
 from perfdiag.analyzer.thresholds import Thresholds
 
 TOP_CONTRIBUTORS = 5
+HOLDS_SHARE = 0.5
+"""A rank found computing longer is named when one function or category holds this share of
+its extra on-CPU time."""
 VICTIM_SHARE = 0.5
 """A peer is a victim when it waits at least this share of the culprit's excess longer."""
 UNATTRIBUTED = "time outside any profiled operation"
@@ -276,6 +279,10 @@ def fuse(
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
+            stretched = _stretched(worker, cause) if host.on_cpu_steps is not None else None
+            if stretched is not None:
+                result.contended_notes.append(f"rank {worker.rank}: {stretched}")
+                continue
             engine = _autograd_excess(features, dev, functions, i)
             top = worker.top
             if top is not None and (top.function or "").startswith(AUTOGRAD):
@@ -353,6 +360,31 @@ def fuse(
             result.communication, features, groups, host, result.contended_notes
         )
     return result
+
+
+def _stretched(worker: SlowWorker, cause: CpuCause) -> str | None:
+    """Why a rank that computes longer is not named when no function and no category holds
+    its extra computation: the same work ran slower on its CPU (a core shared with other busy
+    threads, a slower core), which is no work of its own. None when something holds it."""
+    if cause.kind != "work":
+        return None
+    on_cpu = cause.evidence["on_cpu_ms_per_step"]
+    if on_cpu["rank"] is None or on_cpu["peers_median"] is None:
+        return None
+    extra = float(on_cpu["rank"]) - float(on_cpu["peers_median"])
+    # Functions' and categories' times are wall times (a busy host's waits inside them): they
+    # are held against the rank's extra own time measured the same way.
+    own = worker.non_wait_ms - worker.peers_non_wait_ms
+    held = max((c.excess_ms for c in [*worker.contributors, *worker.categories]), default=0.0)
+    if held >= HOLDS_SHARE * own:
+        return None
+    return (
+        f"its training thread computed {extra:.1f} ms/step longer than its peers', spread over "
+        f"all its work (of its {own:.1f} ms/step of extra own time, no function or category "
+        f"holds half; at most {held:.1f}): "
+        "the same work ran slower on its CPU (a core shared with other busy threads, or a "
+        "slower core); not named"
+    )
 
 
 def _autograd_excess(
