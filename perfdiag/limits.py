@@ -30,3 +30,18 @@ def world_size_problem(world_size: int) -> str | None:
     if world_size > MAX_RANKS:
         return f"world size {world_size} is above the limit of {MAX_RANKS:,} ranks (docs/limits.md)"
     return None
+
+
+MAX_TRACE_BYTES = 4 << 30
+"""The JSON text of one trace file (gunzipped) holds at most this many bytes."""
+
+MAX_STRING_BYTES = 16 << 20
+"""One JSON string of a trace holds at most this many bytes between its quotes."""
+
+
+def size_text(size: int) -> str:
+    """A limit in bytes as docs/limits.md writes it ("4 GiB", "16 MiB")."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size:,} bytes"

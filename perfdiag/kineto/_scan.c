@@ -814,17 +814,270 @@ static PyTypeObject SCANNER_TYPE = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ------------------------------------------------------------------------------------------
+ * The Squeezer: a trace's JSON text with its padding squeezed out, piece by piece, before
+ * either reader holds it. Outside strings a run of blanks is kept as its first byte (one
+ * blank still separates two tokens: "1 2" stays what it was); strings are copied as they are.
+ * It stops at the first byte outside a string that no JSON text Python's json reads can hold
+ * there (the text is not JSON from there on, whatever follows: that byte is kept, for the
+ * parser to name it), and at a string longer than its limit. So what a reader holds follows
+ * the tokens of a file, not blanks or garbage, however many; a squeeze examines each byte once.
+ */
+enum { GOING = 0, STOP_GARBAGE = 1, STOP_LONG = 2 };
+
+static unsigned char OUTSIDE[256]; /* 0: a byte of a token, 1: a blank, 2: a quote, 3: garbage */
+static unsigned char STRING_STOP[256]; /* the quote and the backslash */
+
+static void init_squeeze(void) {
+    /* Tokens as json reads them: punctuation, numbers, true false null NaN Infinity. */
+    static const char TOKEN[] = "{}[],:0123456789+-.eEaflnrstuyINi";
+    for (int c = 0; c < 256; c++) OUTSIDE[c] = 3;
+    for (const char *t = TOKEN; *t; t++) OUTSIDE[(unsigned char)*t] = 0;
+    OUTSIDE[' '] = OUTSIDE['\t'] = OUTSIDE['\n'] = OUTSIDE['\r'] = 1;
+    OUTSIDE['"'] = 2;
+    STRING_STOP['"'] = STRING_STOP['\\'] = 1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    long long limit;      /* the most bytes a string may hold between its quotes */
+    int in_string, escape, blank, stopped;
+    long long length;     /* bytes of the current string so far */
+    long long read, kept; /* bytes consumed, bytes written */
+    long long string_at;  /* the offset read of the current (or last) string's opening quote */
+    long long string_kept; /* ... and the offset written */
+    int busy;
+} Squeezer;
+
+/* Squeezes s[0..n) into `out` (NULL: count only), writing at most `cap` bytes (the write
+ * that would pass it is not made: its byte is not consumed); returns the bytes consumed. */
+static size_t squeeze(Squeezer *q, const unsigned char *s, size_t n, unsigned char *out,
+                      size_t cap, size_t *written) {
+    size_t i = 0, k = 0;
+#define EMIT(from, count)                                   \
+    do {                                                    \
+        if (out) memcpy(out + k, s + (from), (count));      \
+        k += (count);                                       \
+    } while (0)
+    while (i < n && q->stopped == GOING) {
+        if (q->in_string) {
+            size_t j = i + (q->escape ? 1 : 0); /* an escaped byte, whatever it is */
+            while (j < n && !STRING_STOP[s[j]]) j++;
+            size_t run = j - i;
+            if ((long long)run > q->limit - q->length) {
+                q->stopped = STOP_LONG;
+                break;
+            }
+            if (run > cap - k) run = cap - k;
+            EMIT(i, run);
+            q->length += (long long)run;
+            if (run) q->escape = 0;
+            i += run;
+            if (i < j || i == n || k == cap) break; /* the cap, or the end of the input */
+            if (s[i] == '\\') {
+                if (q->length + 1 > q->limit) {
+                    q->stopped = STOP_LONG;
+                    break;
+                }
+                q->length++;
+                q->escape = 1;
+            } else {
+                q->in_string = 0;
+            }
+            EMIT(i, 1);
+            i++;
+            continue;
+        }
+        unsigned char kind = OUTSIDE[s[i]];
+        if (kind == 1) {
+            if (!q->blank) {
+                if (k == cap) break;
+                EMIT(i, 1);
+                q->blank = 1;
+            }
+            /* A run of one blank repeated (indentation, padding) is skipped a word at a time. */
+            uint64_t same = 0x0101010101010101ULL * s[i], word;
+            i++;
+            while (i + 8 <= n && (memcpy(&word, s + i, 8), word == same)) i += 8;
+            while (i < n && OUTSIDE[s[i]] == 1) i++;
+            continue;
+        }
+        if (k == cap) break;
+        q->blank = 0;
+        if (kind == 0) {
+            size_t j = i + 1;
+            while (j < n && OUTSIDE[s[j]] == 0) j++;
+            if (j - i > cap - k) j = i + (cap - k);
+            EMIT(i, j - i);
+            i = j;
+        } else if (kind == 2) {
+            q->string_at = q->read + (long long)i;
+            q->string_kept = q->kept + (long long)k;
+            EMIT(i, 1);
+            q->in_string = 1;
+            q->escape = 0;
+            q->length = 0;
+            i++;
+        } else {
+            EMIT(i, 1);
+            i++;
+            q->stopped = STOP_GARBAGE;
+        }
+    }
+#undef EMIT
+    q->read += (long long)i;
+    q->kept += (long long)k;
+    *written = k;
+    return i;
+}
+
+static int Squeezer_init(Squeezer *self, PyObject *args, PyObject *kwargs) {
+    long long limit;
+    static char *keywords[] = {"limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L", keywords, &limit)) return -1;
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "Squeezer: a negative limit");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Squeezer: squeezing");
+        return -1;
+    }
+    self->limit = limit;
+    self->in_string = self->escape = self->blank = self->stopped = 0;
+    self->length = self->read = self->kept = 0;
+    self->string_at = self->string_kept = -1;
+    return 0;
+}
+
+static PyObject *Squeezer_squeeze(Squeezer *self, PyObject *args, PyObject *kwargs) {
+    Py_buffer view;
+    PyObject *into;
+    long long upto = -1;
+    static char *keywords[] = {"data", "into", "upto", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*O|L", keywords, &view, &into, &upto))
+        return NULL;
+    if (into != Py_None && !PyByteArray_Check(into)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "Squeezer.squeeze: `into` must be a bytearray or None");
+        return NULL;
+    }
+    if (self->busy) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "Squeezer: already squeezing");
+        return NULL;
+    }
+    size_t n = (size_t)view.len, cap = n, written = 0;
+    if (upto >= 0) {
+        long long room = upto > self->kept ? upto - self->kept : 0;
+        if ((unsigned long long)room < cap) cap = (size_t)room;
+    }
+    Py_ssize_t had = 0;
+    Py_buffer target = {0};
+    unsigned char *out = NULL;
+    if (into != Py_None) {
+        had = PyByteArray_GET_SIZE(into);
+        /* Held while the GIL is released: nothing can resize `into` meanwhile. */
+        if (PyByteArray_Resize(into, had + (Py_ssize_t)cap) < 0 ||
+            PyObject_GetBuffer(into, &target, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        out = (unsigned char *)target.buf + had;
+    }
+    self->busy = 1;
+    size_t consumed;
+    Py_BEGIN_ALLOW_THREADS
+    consumed = squeeze(self, (const unsigned char *)view.buf, n, out, cap, &written);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyBuffer_Release(&view);
+    if (into != Py_None) {
+        PyBuffer_Release(&target);
+        if (PyByteArray_Resize(into, had + (Py_ssize_t)written) < 0) return NULL;
+    }
+    return PyLong_FromSize_t(consumed);
+}
+
+static PyMethodDef SQUEEZER_METHODS[] = {
+    {"squeeze", (PyCFunction)(void (*)(void))Squeezer_squeeze, METH_VARARGS | METH_KEYWORDS,
+     "squeeze(data, into, upto=-1) -> the bytes of data consumed\n\n"
+     "Appends the squeezed text to the bytearray `into` (None: counts only). Stops at garbage "
+     "or a string above the limit (`stopped` says which), or before writing the byte at "
+     "offset `upto` of the squeezed text."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *Squeezer_stopped(Squeezer *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLong(self->stopped);
+}
+
+static PyObject *Squeezer_read(Squeezer *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(self->read);
+}
+
+static PyObject *Squeezer_kept(Squeezer *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(self->kept);
+}
+
+static PyObject *Squeezer_string_at(Squeezer *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(self->string_at);
+}
+
+static PyObject *Squeezer_string_kept(Squeezer *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(self->string_kept);
+}
+
+static PyGetSetDef SQUEEZER_GETSET[] = {
+    {"stopped", (getter)Squeezer_stopped, NULL,
+     "0: going on; 1: a byte that JSON cannot hold there (written); 2: a string above the limit",
+     NULL},
+    {"read", (getter)Squeezer_read, NULL, "bytes consumed", NULL},
+    {"kept", (getter)Squeezer_kept, NULL, "bytes written", NULL},
+    {"string_at", (getter)Squeezer_string_at, NULL,
+     "the offset read of the last string's opening quote (-1: none yet)", NULL},
+    {"string_kept", (getter)Squeezer_string_kept, NULL,
+     "the offset written of the last string's opening quote (-1: none yet)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SQUEEZER_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perfdiag.kineto._scan.Squeezer",
+    .tp_basicsize = sizeof(Squeezer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Squeezer(limit): JSON text without its padding, piece by piece; strings of at "
+              "most `limit` bytes.",
+    .tp_methods = SQUEEZER_METHODS,
+    .tp_getset = SQUEEZER_GETSET,
+    .tp_init = (initproc)Squeezer_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, NULL,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
     init_special();
-    if (PyType_Ready(&SCANNER_TYPE) < 0 || PyType_Ready(&BLOCK_TYPE) < 0) return NULL;
+    init_squeeze();
+    if (PyType_Ready(&SCANNER_TYPE) < 0 || PyType_Ready(&BLOCK_TYPE) < 0 ||
+        PyType_Ready(&SQUEEZER_TYPE) < 0)
+        return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (!module) return NULL;
     Py_INCREF(&SCANNER_TYPE);
     if (PyModule_AddObject(module, "Scanner", (PyObject *)&SCANNER_TYPE) < 0) {
         Py_DECREF(&SCANNER_TYPE);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&SQUEEZER_TYPE);
+    if (PyModule_AddObject(module, "Squeezer", (PyObject *)&SQUEEZER_TYPE) < 0) {
+        Py_DECREF(&SQUEEZER_TYPE);
         Py_DECREF(module);
         return NULL;
     }

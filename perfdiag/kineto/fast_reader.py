@@ -4,14 +4,15 @@ the complete events, which grow across pieces (one chunk per column at the end).
 is strict JSON and reads only what the general reader reads the same way; for anything else
 (malformed input, odd value types) it answers "not readable here" and the general reader
 reads the file and words the error. The text of a piece is dropped once it is parsed, so the
-peak memory is the result plus one piece, never the whole text. Returns None whenever the
-file needs the general reader instead.
+peak memory is the result plus one piece, never the whole text. The text outside the array,
+and the array's text where a piece's worth of it holds no whole event, is squeezed
+(perfdiag/kineto/text.py): blanks and garbage never pile up. Returns None whenever the file
+needs the general reader instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,26 +21,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto._scan import Scanner
-from perfdiag.kineto.json_shape import (
-    ARGS,
-    GZIP_MAGIC,
-    INFLATE_ERRORS,
-    JSON_SCHEMA,
-    TRACE_EVENTS_KEY,
-    TS_TYPE,
-    TraceError,
-    inflater,
-)
-from perfdiag.regular_file import open_regular
+from perfdiag.kineto._scan import Scanner, Squeezer
+from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, TRACE_EVENTS_KEY, TS_TYPE
+from perfdiag.kineto.text import PIECE, pieces, squeezer
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
     from perfdiag.kineto._scan import NumberColumn, StringColumn
 
-PIECE = 1 << 20  # bytes of JSON text parsed at once: bounds the memory of the parse
-_READ = 1 << 20  # compressed bytes read at once
+_BLANK = b" \t\n\r"
 # A chunk of columns is closed once a string column holds this much text: Arrow's string
 # offsets are int32, and a piece adds at most its own size.
 CHUNK_TEXT = 1 << 30
@@ -63,10 +54,10 @@ def read_stream(path: Path, decode: tuple[str, ...], *, piece: int = PIECE) -> F
 
     `decode`: name prefixes of the complete events that are also decoded whole (their nested
     arguments), while their text is at hand; events with escaped names are decoded too.
-    Raises TraceError for gzip damage.
+    Raises TraceError for gzip damage and a text above the limit (perfdiag.kineto.text).
     """
     reader = _Reader(decode, piece)
-    for text in _pieces(path, piece):
+    for text in pieces(path, piece):
         if not reader.feed(text):
             return None
     return reader.finish()
@@ -78,6 +69,11 @@ class _Reader:
         self.piece = piece
         self.prefix: bytes | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
+        # Squeezes the text taken in (perfdiag.kineto.text): before the array, after it, and
+        # while a piece's worth of the array holds no whole event (blanks, or a long event).
+        # None: the text is taken as it is (the scanner reads it fastest so).
+        self.squeezer: Squeezer | None = squeezer()
+        self.searched = 0  # pending holds no traceEvents key starting before this
         self.rows = 0  # traceEvents entries parsed so far
         self.closed = False  # the array's ']' was read
         self.wait = 0  # pending bytes to have before the next parse (an event longer than a piece)
@@ -85,13 +81,15 @@ class _Reader:
         self.decoded: dict[int, Any] = {}
 
     def feed(self, text: bytes) -> bool:
-        self.pending += text
+        if not self._take(text):
+            return False
         if self.prefix is None:
             found = self._find_array()
             if found is None:
                 return True  # the array has not started yet
             if not found:
                 return False
+            self.squeezer = None
         if self.closed or len(self.pending) < max(self.piece, self.wait):
             return True  # a piece's worth first: a small file is parsed at once, at the end
         return self._parse()
@@ -111,19 +109,42 @@ class _Reader:
             self.chunks.append(last)
         return FastRead(header, pa.concat_tables(self.chunks), self.decoded)
 
+    def _take(self, text: bytes | bytearray) -> bool:
+        """Append `text` to pending, squeezed when the squeezer is on; False when the squeeze
+        stopped (not JSON there, or a string above the limit: the general reader words it)."""
+        if self.squeezer is None:
+            self.pending += text
+            return True
+        self.squeezer.squeeze(text, self.pending)
+        return not self.squeezer.stopped
+
+    def _squeeze_pending(self) -> bool:
+        """Squeeze what pending holds (it starts between two tokens), and what comes next."""
+        text, self.pending = self.pending, bytearray()
+        self.squeezer = squeezer()
+        return self._take(text)
+
     def _find_array(self) -> bool | None:
         """Split off the text up to the traceEvents array: True when done, None when the
-        array has not started yet, False when traceEvents is not followed by an array."""
-        key = self.pending.find(TRACE_EVENTS_KEY)
+        array has not started yet, False when traceEvents is not followed by an array. The
+        text searched before is not searched again."""
+        key = self.pending.find(TRACE_EVENTS_KEY, self.searched)
         if key < 0:
+            self.searched = max(self.searched, len(self.pending) - len(TRACE_EVENTS_KEY) + 1)
             return None
-        lb = self.pending.find(b"[", key)
-        if lb < 0:
-            return None
-        if self.pending[key + len(TRACE_EVENTS_KEY) : lb].strip() != b":":
-            return False
-        self.prefix = bytes(self.pending[: lb + 1])
-        del self.pending[: lb + 1]
+        self.searched = key
+        # Squeezed text: one blank at most between two tokens.
+        at = key + len(TRACE_EVENTS_KEY)
+        for token in b":[":
+            if at < len(self.pending) and self.pending[at] in _BLANK:
+                at += 1
+            if at >= len(self.pending):
+                return None
+            if self.pending[at] != token:
+                return False
+            at += 1
+        self.prefix = bytes(self.pending[:at])
+        del self.pending[:at]
         return True
 
     def _parse(self) -> bool:
@@ -142,40 +163,22 @@ class _Reader:
                 return False
         self.rows += events
         self.closed = closed
-        # No whole event yet: wait for twice the text, so that an event longer than a piece
-        # costs about twice its length to scan, not its length once per piece.
-        self.wait = 0 if consumed else 2 * len(self.pending)
         del self.pending[:consumed]
         if self.scanner.held() >= CHUNK_TEXT:
             self.chunks.append(_complete_events(*self.scanner.columns()))
+        if closed:
+            return self._squeeze_pending()  # the text after the array
+        if consumed:
+            self.squeezer = None
+            self.wait = 0
+            return True
+        # No whole event in this much text: wait for twice the text, so that an event longer
+        # than a piece costs about twice its length to scan, not its length once per piece;
+        # squeezed, so that blanks do not pile up and a string above the limit ends the read.
+        if self.squeezer is None and not self._squeeze_pending():
+            return False
+        self.wait = 2 * len(self.pending)
         return True
-
-
-def _pieces(path: Path, size: int) -> Iterator[bytes]:
-    """The file's text in pieces of about `size` bytes, gunzipped when it is gzip."""
-    try:
-        with open_regular(path) as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head != GZIP_MAGIC:
-                while text := fh.read(size):
-                    yield text
-                return
-            stream = inflater()
-            while not stream.eof:
-                data = stream.unconsumed_tail or fh.read(_READ)
-                try:
-                    text = stream.decompress(data, size)  # b"" in: drains what it holds
-                except INFLATE_ERRORS as exc:
-                    raise TraceError(f"{path}: corrupt gzip data ({exc})") from exc
-                if text:
-                    yield text
-                elif not data:
-                    raise TraceError(
-                        f"{path}: truncated gzip data (the file ends before the stream does)"
-                    )
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
 def _complete_events(

@@ -1,5 +1,6 @@
 """The general JSON reader: `json.loads` (exact decimals) and a loop. Reads any valid JSON into
-the same table as the fast reader, and words the error for malformed input."""
+the same table as the fast reader, and words the error for malformed input. It reads the text
+as perfdiag.kineto.text hands it over: within the limits, squeezed, UTF-8."""
 
 from __future__ import annotations
 
@@ -12,20 +13,19 @@ from typing import Any
 import pyarrow as pa
 
 from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, MAX_NUMBER, TraceError
+from perfdiag.kineto.text import Text
 
 _LABEL = {"pid": "pis", "tid": "tis"}
 _MAX_NUMBER = Decimal(MAX_NUMBER)
 
 
-def read_general(path: Path, data: bytes) -> tuple[dict[str, Any], pa.Table, list[Any]]:
+def read_general(path: Path, text: Text) -> tuple[dict[str, Any], pa.Table, list[Any]]:
     """(top-level fields, JSON_SCHEMA table, the decoded traceEvents)."""
     try:
-        doc = json.loads(data, parse_float=Decimal)
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        doc = json.loads(text.text, parse_float=Decimal)
     except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno}, column {exc.colno}, byte {exc.pos}"
-        if exc.pos >= len(data.rstrip()):
+        where = text.where(exc.pos)
+        if text.ends_early(exc.pos):
             raise TraceError(f"{path}: not valid JSON: the file ends early ({where})") from exc
         raise TraceError(f"{path}: not valid JSON: {exc.msg} ({where})") from exc
     except RecursionError as exc:

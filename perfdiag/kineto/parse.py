@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 
 from perfdiag import taxonomy
 from perfdiag.allocator import system_allocator
-from perfdiag.kineto.fast_reader import PIECE, read_stream
+from perfdiag.kineto.fast_reader import read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
-from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater
-from perfdiag.regular_file import read_regular
+from perfdiag.kineto.json_shape import TraceError
+from perfdiag.kineto.text import PIECE, read_text
 
 __all__ = ["RAW_SCHEMA", "RawTrace", "TraceError", "dtype_bytes", "load_trace"]
 
@@ -92,35 +92,17 @@ def _load(path: Path, fast: bool, piece: int) -> RawTrace:
     decode: Callable[[int], Any]
     if result is not None:
         header, table, decode = result.header, result.table, result.decoded.get
-    else:  # the general reader needs the whole text (odd formatting, or an error to word)
-        try:
-            blob = read_regular(path)
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        data = _decompress(path, blob)
-        del blob
-        header, table, items = read_general(path, data)
+    else:  # the general reader needs the whole text (odd values, or an error to word)
+        text = read_text(path)
+        header, table, items = read_general(path, text)
         decode = _item_of(items)
-        del data
+        del text
     events = _add_comm_args(_finish(path, header, table), decode)
     return RawTrace(path, header, events, fast=result is not None)
 
 
 def _item_of(items: list[Any]) -> Callable[[int], Any]:
     return items.__getitem__
-
-
-def _decompress(path: Path, blob: bytes) -> bytes:
-    if not blob.startswith(GZIP_MAGIC):
-        return blob
-    try:
-        stream = inflater()
-        data: bytes = stream.decompress(blob)
-        if not stream.eof:
-            raise TraceError(f"{path}: truncated gzip data (the file ends before the stream does)")
-        return data
-    except INFLATE_ERRORS as exc:
-        raise TraceError(f"{path}: corrupt gzip data ({exc})") from exc
 
 
 def _base_ns(header: dict[str, Any]) -> int:

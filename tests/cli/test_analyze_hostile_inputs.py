@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isal import isal_zlib
 
 from perfdiag.analyzer import NoCaptureError, analyze
-from perfdiag.limits import MAX_RANKS
+from perfdiag.limits import MAX_RANKS, MAX_TRACE_BYTES
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 from perfdiag.terminal import safe_json, safe_text
@@ -185,6 +186,127 @@ def test_a_fifo_among_a_workers_files_is_refused(tmp_path: Path) -> None:
     text = "\n".join(verdict.notes)
     assert "workers/1/status.json: cannot read" in text and "FIFO" in text
     assert "rank 2 not analysed" in text and "a device (through a symbolic link)" in text
+
+
+# --- decompression bombs and huge strings: bounded time and memory -----------------------------
+
+BOMB = 1 << 30  # bytes of text each bomb expands to (about 10 MB of gzip)
+_EVENT = b'{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
+
+
+def _gzip_bomb(path: Path, head: bytes, fill: bytes, tail: bytes) -> None:
+    """`head`, BOMB bytes of `fill`, `tail`, gzipped as a stream (ISA-L's fastest level writes
+    it in a fraction of a second)."""
+    chunk = fill * (1 << 20)
+    stream = isal_zlib.compressobj(0, isal_zlib.DEFLATED, 31)
+    with path.open("wb") as fh:
+        fh.write(stream.compress(head))
+        for _ in range(BOMB // len(chunk)):
+            fh.write(stream.compress(chunk))
+        fh.write(stream.compress(tail))
+        fh.write(stream.flush())
+
+
+# Runs a command and reports (exit code, seconds, peak RSS in KiB) of it alone: this process
+# has no other child.
+_MEASURE = """
+import resource, subprocess, sys, time
+start = time.monotonic()
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+seconds = time.monotonic() - start
+print(done.returncode, seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.stderr.write(done.stderr)
+"""
+
+
+def _analyze_measured(folder: Path, out: Path) -> tuple[int, float, float, str]:
+    """`perfdiag analyze FOLDER --out OUT` as a user runs it, in a fresh process: (exit code,
+    seconds, peak RSS in MB, stderr)."""
+    script = Path(sys.executable).with_name("perfdiag")  # the console script, as installed
+    perfdiag = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "from perfdiag.cli import entry; entry()"]
+    )
+    command = [sys.executable, "-c", _MEASURE, *perfdiag, "analyze", str(folder)]
+    done = subprocess.run(
+        [*command, "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    code, seconds, rss_kib = done.stdout.split()
+    return int(code), float(seconds), int(rss_kib) / 1024, done.stderr
+
+
+BOMBS: dict[str, tuple[bytes, bytes, bytes, str | None]] = {
+    # (text before, the byte repeated, text after, the reason in the notes; None: read)
+    "zeros": (b"", b"\0", b"", "not valid JSON: Expecting value (line 1, column 1, byte 0)"),
+    "spaces": (
+        b"",
+        b" ",
+        b"",
+        f"not valid JSON: the file ends early (line 1, column {BOMB + 1:d}, byte {BOMB:d})",
+    ),
+    "zeros after the top-level brace": (
+        b"{",
+        b"\0",
+        b"",
+        "not valid JSON: Expecting property name enclosed in double quotes "
+        "(line 1, column 2, byte 1)",
+    ),
+    "one huge string": (
+        b'{"traceEvents": [{"ph": "X", "name": "',
+        b"a",
+        b'"}]}',
+        "the JSON string at byte 37 is longer than 16 MiB, the limit for one string",
+    ),
+    "newlines before a trace": (b"", b"\n", json.dumps(_trace(1)).encode(), None),
+    "blanks between two events": (
+        b'{"distributedInfo": {"rank": 1}, "traceEvents": [' + _EVENT + b",",
+        b"\t",
+        _EVENT + b"]}",
+        None,
+    ),
+    "blanks inside an event": (
+        b'{"distributedInfo": {"rank": 1}, "traceEvents": [{"ph": "X",',
+        b"\r",
+        _EVENT[1:] + b"]}",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_a_gzip_bomb_is_answered_in_bounded_time_and_memory(bomb: str, tmp_path: Path) -> None:
+    head, fill, tail, reason = BOMBS[bomb]
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _write(traces, "rank-0.json", _trace(0))
+    _gzip_bomb(traces / "rank-1.json.gz", head, fill, tail)
+    assert (traces / "rank-1.json.gz").stat().st_size < 15_000_000
+    code, seconds, rss_mb, err = _analyze_measured(traces, tmp_path / "out")
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert seconds < 20, seconds
+    assert rss_mb < 600, rss_mb
+    workers = {w["rank"]: w["state"] for w in _verdict(tmp_path / "out")["workers"]}
+    if reason is None:  # a valid trace, padded: read
+        assert workers == {0: "ok", 1: "ok"}, _notes(tmp_path / "out")
+    else:
+        assert f"rank-1.json.gz: {reason}" in _notes(tmp_path / "out")
+        assert workers == {0: "ok", 1: "missing"}
+
+
+def test_a_trace_file_above_the_size_limit_is_refused_unread(cli: Any, tmp_path: Path) -> None:
+    _write(tmp_path, "rank-0.json", _trace(0))
+    with (tmp_path / "rank-1.json").open("wb") as fh:
+        fh.truncate(MAX_TRACE_BYTES + 1)  # sparse: takes no disk and no time
+    start = time.monotonic()
+    code, _, err = cli("analyze", str(tmp_path))
+    assert code == 0, err
+    assert time.monotonic() - start < 60
+    assert (
+        "rank-1.json: holds more than 4 GiB of JSON text, the limit for one trace file "
+        "(docs/limits.md)" in _notes(tmp_path)
+    )
 
 
 # --- an empty capture holds no capture ----------------------------------------------------------
