@@ -89,7 +89,12 @@ def _node_finding(
         if isinstance(w, dict) and w.get("rank") in culprits
     ]
     excess = [float(w["excess_ms_per_step"]) for w in workers if "excess_ms_per_step" in w]
-    steps = [float(w["step_ms"]) for w in workers if "step_ms" in w]
+    # The step the severity is a share of: the most severe rank's (as its slow_worker said).
+    timed = [w for w in workers if "excess_ms_per_step" in w and w.get("step_ms")]
+    steps = [
+        float(w["step_ms"])
+        for w in sorted(timed, key=lambda w: -float(w["excess_ms_per_step"]) / float(w["step_ms"]))
+    ]
     pods = sorted({p for k in culprits if (p := metas[k].pod)})
     functions = {r.finding.function for r in members}
     function = functions.pop() if len(functions) == 1 else None
@@ -101,7 +106,7 @@ def _node_finding(
     )
     amount = (
         f" {ms(min(excess))}–{ms(max(excess))}/step more than the ranks of other nodes"
-        f" outside communication ({pct(lead.severity)} of the {ms(max(steps))} step)"
+        f" outside communication ({pct(lead.severity)} of the {ms(steps[0])} step)"
         if excess and steps
         else ""
     )
