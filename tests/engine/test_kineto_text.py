@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from perfdiag.kineto import TraceError, load_trace, text
 from perfdiag.kineto._scan import Squeezer
 from perfdiag.limits import MAX_TRACE_BYTES
-from tests.engine.test_kineto_malformed import JSON, _valid_trace
+from tests.engine.test_kineto_malformed import JSON, _outcome, _valid_trace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -111,14 +111,6 @@ def _damaged(data: st.DataObject, text_: bytes) -> bytes:
         else:
             changed[at:at] = piece
     return bytes(changed)
-
-
-def _outcome(path: Path, fast: bool) -> Any:
-    try:
-        raw = load_trace(path, fast=fast)
-    except (TraceError, UnicodeEncodeError) as exc:
-        return str(exc)
-    return raw.events
 
 
 @SETTINGS
