@@ -113,6 +113,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         if usage.host_cores:
             cores.append(usage.host_cores)
     non_wait = features.ms[:, features.non_wait_index]  # own time: run-queue wait taken out
+    off_cpu = np.maximum(non_wait - on_cpu, 0.0)
     on_cpu_steps = None
     if all(u is not None and u.exact_steps for u in usages):
         width = max(len(u.main_run_ms) for u in usages if u is not None)
@@ -120,13 +121,22 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         for i, usage in enumerate(usages):
             assert usage is not None
             on_cpu_steps[i, : len(usage.main_run_ms)] = usage.main_run_ms
+        if features.non_wait_wall_ms is not None:
+            # Off-CPU time from exact counters only: wall time outside communication less the
+            # time on a CPU and ALL the run-queue wait. Which part of that wait fell inside a
+            # collective is sampled (smeared across the sampler's gaps on a busy host), so
+            # this is the least the rank can have been blocked: a rank is named "blocked"
+            # only for that.
+            run_all = np.array([np.mean(u.main_run_ms) if u else np.nan for u in usages])
+            wait_all = np.array([np.mean(u.main_wait_ms) if u else np.nan for u in usages])
+            off_cpu = np.maximum(features.non_wait_wall_ms - run_all - wait_all, 0.0)
     return RankCpu(
         on_cpu=on_cpu,
         cpu_wait=wait,
         other_threads=np.maximum(other, 0.0),
         process_wait=pwait,
         throttled=throttled,
-        off_cpu=np.maximum(non_wait - on_cpu, 0.0),
+        off_cpu=off_cpu,
         threads=threads,
         quota_cores=quota,
         host_load=load,
@@ -227,7 +237,7 @@ def explain_excess(
             f"than its peers'{count}: they hold the GIL or the cores the training thread needs",
             own,
         )
-    if d_off >= 0.5 * excess_ms and d_off > d_run:
+    if d_off >= 0.5 * excess_ms and d_off > d_run * dilation:
         return CpuCause(
             "blocked",
             excess_ms,

@@ -302,6 +302,8 @@ def fuse(
                 )
                 continue
             _with_cause(worker, cause, exact=host.on_cpu_steps is not None)
+            if cause.kind == "work":
+                _without_engine_wait(worker)
         else:
             top = worker.top
             comm = features.index_of(COMMUNICATION)
@@ -385,6 +387,25 @@ def _stretched(worker: SlowWorker, cause: CpuCause) -> str | None:
         "the same work ran slower on its CPU (a core shared with other busy threads, or a "
         "slower core); not named"
     )
+
+
+def _without_engine_wait(worker: SlowWorker) -> None:
+    """A rank named for its work is not named for the time it waited inside the autograd
+    engine (DDP's reducer blocks there for the gradient all-reduce): that contributor leaves,
+    and the category holding it is counted without it for the root cause."""
+    engine = [c for c in worker.contributors if (c.function or "").startswith(AUTOGRAD)]
+    if not engine:
+        return
+    waited = {c.category: c.excess_ms for c in engine}
+    rest = sorted(
+        ((c.excess_ms - waited.get(c.category, 0.0), c) for c in worker.categories),
+        key=lambda pair: -pair[0],
+    )
+    worked = [c for excess, c in rest if excess > 0 and not is_idle(c.category)]
+    if not worked:
+        return
+    worker.contributors = [c for c in worker.contributors if c not in engine] or worked[:1]
+    worker.root_category = finding_category(worked[0].category)
 
 
 def _autograd_excess(

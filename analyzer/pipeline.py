@@ -224,12 +224,15 @@ def _name_user_frames(
                 peer_rank = int(features.ranks[peer])
                 peer_events = read_events(peer_rank)
                 if peer_events is not None:
+                    # Frames hold wall time: held against the rank's extra own time in wall
+                    # time too (its excess may count extra computation at a busy host's toll).
+                    own = worker.non_wait_ms - worker.peers_non_wait_ms
                     worker.user_function = excess_frame(
                         events,
                         metas[worker.rank].window.steps,
                         peer_events,
                         metas[peer_rank].window.steps,
-                        worker.excess_ms,
+                        min(worker.excess_ms, own) if own > 0 else worker.excess_ms,
                         worker.step_ms,
                     )
             if (
