@@ -15,8 +15,8 @@ from pathlib import Path
 CHILD = """
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
-print(f"child ready {os.getpid()} {os.getpgid(0)}", flush=True)
-try:
+try:  # ready is said inside the try: a SIGINT right after it is still the one caught
+    print(f"child ready {os.getpid()} {os.getpgid(0)}", flush=True)
     time.sleep(60)
 except KeyboardInterrupt:
     print("child got SIGINT", flush=True)
