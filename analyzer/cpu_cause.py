@@ -227,8 +227,7 @@ def explain_excess(
             "which rank waits longest is chance on a busy host; not named",
         )
     if busy_threads and d_other >= 0.5 * excess_ms and d_other > max(d_off, d_run):
-        threads = cpu.threads[i]
-        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             excess_ms,
@@ -361,8 +360,7 @@ def held_back(
         )
     d_other = _delta(cpu.other_threads, i, peers)
     if d_other >= BUSY_THREADS_FACTOR * material_ms and d_wait >= material_ms:
-        threads = cpu.threads[i]
-        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             d_wait,
@@ -375,8 +373,7 @@ def held_back(
         # On a host with more runnable threads than cores, the CPU its extra threads burn is
         # taken from every rank on it, its own training thread no more than the others: the
         # job loses about that CPU spread over the cores.
-        threads = cpu.threads[i]
-        count = f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             d_other / cpu.host_cores,
@@ -404,6 +401,11 @@ def held_back(
             "(another process on its cores, or fewer cores)",
         )
     return None
+
+
+def _thread_count(cpu: RankCpu, i: int) -> str:
+    threads = cpu.threads[i]
+    return f" ({int(threads)} threads)" if np.isfinite(threads) else ""
 
 
 def _pct(x: float) -> str:

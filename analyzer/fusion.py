@@ -42,7 +42,7 @@ from perfdiag.analyzer.thresholds import Thresholds
 TOP_CONTRIBUTORS = 5
 HOLDS_SHARE = 0.5
 """A rank found computing longer is named when one function or category holds this share of
-its extra on-CPU time."""
+its extra own time (wall time outside communication, as functions are measured)."""
 VICTIM_SHARE = 0.5
 """A peer is a victim when it waits at least this share of the culprit's excess longer."""
 UNATTRIBUTED = "time outside any profiled operation"
