@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Set up everything perfdiag needs on a fresh machine; idempotent and fast when already done.
 #
-# - A virtual environment with perfdiag (editable), torch and the dev tools. It lives outside
-#   the repository, keyed by the hash of pyproject.toml, so fresh clones on the same machine
-#   reuse it (torch and its libraries are ~6 GB); `.venv` in the repository links to it.
+# - A shared virtual environment with the dependencies, torch and the dev tools (~6 GB). It lives
+#   outside the repository, keyed by the hash of pyproject.toml's dependencies, so every clone on
+#   the machine reuses it. It never holds perfdiag itself.
+# - This checkout's own small environment, `.venv` (a link to `.venv-<hash>` here): perfdiag
+#   installed editable from this checkout (its C extension built here), the shared one's
+#   packages added by a .pth, and its commands (pytest, mypy, ruff…). So `.venv/bin/python` runs
+#   this checkout's code whatever other clones run setup.
 # - Debian's chromium (headless checks of report.html) and lua5.4 (Argo CD health check
 #   tests), and gcc when there is no C compiler, when apt-get is available.
 #
@@ -15,7 +19,9 @@ root=$(pwd)
 log() { echo "[setup] $*" >&2; }
 
 python=${PERFDIAG_PYTHON:-python3}
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+# Python always runs isolated here (-I): the current folder, the repository root, must not be on
+# sys.path, where its operator/ folder would shadow the standard library's operator module.
+if ! "$python" -I -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
   log "error: $python is missing or older than Python 3.10; set PERFDIAG_PYTHON"
   exit 1
 fi
@@ -31,8 +37,8 @@ if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
   fi
 fi
 
-# Key the environment on what it installs (dependencies, interpreter), not on the whole file.
-key=$("$python" - <<'PY' | sha256sum | cut -c1-12
+# Key the shared environment on what it installs (dependencies, interpreter), not on the whole file.
+key=$("$python" -I - <<'PY' | sha256sum | cut -c1-12
 import re, sys
 text = open("pyproject.toml").read()
 deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
@@ -43,24 +49,102 @@ PY
 venv=${PERFDIAG_VENV:-$HOME/.cache/perfdiag/venv-$key}
 mkdir -p "$(dirname "$venv")"
 
+# This checkout's own environment: named by the shared one and by what the install builds, so
+# that a change to either makes a new one beside the old and swaps the `.venv` link to it.
+own=.venv-$( (echo "$venv"; cat pyproject.toml setup.py perfdiag/kineto/_scan.c) | sha256sum | cut -c1-12)
+
+# The shared environment's packages: the dependencies and the dev extra, never perfdiag itself
+# (a checkout's code is installed only into that checkout's environment).
+requirements() {
+  "$python" -I - <<'PY'
+import re
+text = open("pyproject.toml").read()
+for name in (r"^dependencies", r"^dev"):
+    block = re.search(name + r" = \[(.*?)^\]", text, re.S | re.M).group(1)
+    for line in block.splitlines():
+        print(*re.findall(r'^\s*"([^"]+)"', line))
+PY
+}
+
+site_packages() { "$1/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
+# Builds this checkout's environment in $1 (beside .venv, not yet used): a venv without pip of
+# its own whose .pth adds the shared site-packages after its own, perfdiag installed editable
+# into it (no dependencies; this also builds the C extension in this checkout), and the shared
+# environment's commands (pytest, mypy, ruff, pip…) run by this environment's interpreter.
+build_own() {
+  local dir=$1 sp name src so
+  rm -rf "$dir"
+  "$venv/bin/python" -I -m venv --without-pip "$dir"
+  sp=$(site_packages "$dir")
+  echo "import site; site.addsitedir('$(site_packages "$venv")')" >"$sp/perfdiag-shared-deps.pth"
+  # The build rewrites the extension in place: give running processes' mapped copy its own inode.
+  for so in perfdiag/kineto/_scan.*.so; do
+    [ -f "$so" ] && cp -p "$so" "$so.tmp" && mv -f "$so.tmp" "$so"
+  done
+  "$dir/bin/python" -I -m pip install --quiet --no-deps --no-build-isolation -e "$root" >&2
+  for src in "$venv"/bin/*; do
+    name=$(basename "$src")
+    case "$name" in python* | activate* | Activate.ps1 | perfdiag) continue ;; esac
+    [ -e "$dir/bin/$name" ] && continue
+    if [ ! -L "$src" ] && head -n 1 "$src" | grep -q "^#!$venv/bin/python"; then
+      sed "1s|^#!$venv/bin/python[0-9.]*|#!$root/.venv/bin/python|" "$src" >"$dir/bin/$name"
+      chmod +x "$dir/bin/$name"
+    else
+      ln -s "$src" "$dir/bin/$name"  # a native program (ruff) or a script of its own
+    fi
+  done
+  # Its own scripts and activate name the stable path, .venv, not this folder.
+  grep -rlI -- "$root/$dir" "$dir/bin" | xargs -r sed -i "s|$root/$dir|$root/.venv|g"
+  "$dir/bin/python" -I - "$root" <<'PY'
+import os, sys
+import perfdiag, perfdiag.analyzer, perfdiag.kineto._scan
+root = sys.argv[1]
+for module in (perfdiag, perfdiag.analyzer, perfdiag.kineto._scan):
+    if not os.path.realpath(module.__file__).startswith(root + os.sep):
+        sys.exit(f"[setup] error: {module.__name__} resolves to {module.__file__}, outside {root}")
+PY
+  touch "$dir/.perfdiag-complete"
+}
+
 (
   flock 9
   if [ ! -f "$venv/.perfdiag-complete" ]; then
     log "creating $venv (first time on this machine: downloads torch, several minutes)"
     rm -rf "$venv"
-    "$python" -m venv "$venv"
-    "$venv/bin/pip" install --upgrade --quiet pip setuptools wheel
-    "$venv/bin/pip" install --progress-bar off -e "$root[dev]"
+    "$python" -I -m venv "$venv"
+    "$venv/bin/pip" install --upgrade --quiet pip "setuptools>=77" wheel
+    requirements >"$venv.requirements"
+    "$venv/bin/pip" install --progress-bar off -r "$venv.requirements"
+    rm -f "$venv.requirements"
     touch "$venv/.perfdiag-complete"
-  else
-    # Reuse the environment; point the editable install at this checkout.
-    "$venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$root"
+  fi
+
+  if [ -e .venv ] && [ ! -L .venv ]; then
+    log "warning: .venv is not a link made by this script; leaving it as it is"
+  elif [ "$(readlink .venv 2>/dev/null)" != "$own" ] || [ ! -f "$own/.perfdiag-complete" ]; then
+    log "making this checkout's environment $own (dependencies from $venv)"
+    previous=$(readlink .venv 2>/dev/null || true)
+    build_own "$own"
+    # Swapped in by a rename, so a command running .venv/bin/... sees the old one or the new one.
+    ln -sfn "$own" .venv.new && mv -T .venv.new .venv
+    if ! .venv/bin/perfdiag --help >/dev/null || ! .venv/bin/pytest --version >/dev/null 2>&1; then
+      [ -n "$previous" ] && ln -sfn "$previous" .venv.new && mv -T .venv.new .venv
+      log "error: the new environment's commands do not run; .venv is back to ${previous:-nothing}"
+      exit 1
+    fi
+    for old in .venv-*; do
+      [ "$old" != "$own" ] && [ -d "$old" ] && rm -rf "$old"
+    done
+  fi
+
+  # Environments made before each checkout had its own held perfdiag editable in the shared one,
+  # pointing at whichever checkout ran setup last; the shared one keeps only the dependencies.
+  if compgen -G "$(site_packages "$venv")/perfdiag-*.dist-info" >/dev/null; then
+    log "removing perfdiag from the shared $venv (each checkout installs its own)"
+    "$venv/bin/pip" uninstall --quiet --yes perfdiag >&2
   fi
 ) 9>"$venv.lock"
-
-if [ -L .venv ] || [ ! -e .venv ]; then
-  ln -sfn "$venv" .venv
-fi
 
 if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -81,4 +165,4 @@ if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v lua5.4 >/dev/null 2>&1; the
     log "warning: lua5.4 missing and apt-get unavailable (need root); Argo CD health check tests will fail"
   fi
 fi
-log "ready: $venv"
+log "ready: .venv -> $own (dependencies: $venv)"
