@@ -274,6 +274,9 @@ class CpuWork:
     steps_shown: int
     """Steps in which the extra reaches half the materiality threshold."""
     steps: int
+    steady_ratio: float = float("nan")
+    """Its on-CPU time over its peers' median in the same step, in the steps at its lower
+    quartile: what it keeps in three steps of four."""
 
 
 MIN_CPU_RATIO = 1.1
@@ -318,7 +321,10 @@ def cpu_work_excess(
         or shown < max(2, int(np.ceil(MIN_SHOWN_SHARE * len(extra))))
     ):
         return None
-    return CpuWork(excess, float(np.mean(own)), float(np.mean(ref)), shown, len(extra))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_step = own[ref > 0] / ref[ref > 0]
+    steady = float(np.quantile(per_step, 0.25)) if len(per_step) else float("nan")
+    return CpuWork(excess, float(np.mean(own)), float(np.mean(ref)), shown, len(extra), steady)
 
 
 def _peers_step_noise(rows: NDArray[np.float64], peers: NDArray[np.int64], i: int) -> float:

@@ -87,6 +87,9 @@ class Features:
     """(R, S) ms each step the training thread waited for a CPU (run queue), when every rank
     has host samples: taken out of the non-wait feature, which is then the rank's own time
     (working or blocked), never time the scheduler withheld from it."""
+    calls: NDArray[np.float64] | None = None
+    """(R, K) mean calls per step of each function feature (0 for the totals): whether a rank
+    makes calls its peers do not, or makes the same calls and they take longer."""
 
     @property
     def wait_index(self) -> int:
@@ -164,6 +167,11 @@ def build_features(
     ms = np.zeros((n_ranks, n_fun + n_cat + 2))
     rows = column_of[codes] >= 0
     np.add.at(ms, (pos[rows], column_of[codes[rows]]), row_ms[rows])
+    calls = np.zeros_like(ms)
+    row_calls = np.nan_to_num(
+        summary.column("count").to_numpy(zero_copy_only=False).astype(np.float64)
+    )
+    np.add.at(calls, (pos[rows], column_of[codes[rows]]), row_calls[rows] / n_steps[pos[rows]])
     waiting_row = waiting_rows(summary)
     # Category totals hold the work of the category: a Python frame that waits on a
     # collective counts as waiting (the <waiting> feature), not as Python work.
@@ -203,6 +211,7 @@ def build_features(
         ms=ms,
         non_wait_wall_ms=wall,
         cpu_wait=cpu_wait,
+        calls=calls,
     )
 
 

@@ -280,6 +280,8 @@ def fuse(
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
             stretched = _stretched(worker, cause) if host.on_cpu_steps is not None else None
+            if stretched is None and cause.kind == "work" and work is not None:
+                stretched = _same_calls_slower(features, functions, i, peers, work)
             if stretched is not None:
                 result.contended_notes.append(f"rank {worker.rank}: {stretched}")
                 continue
@@ -386,6 +388,49 @@ def _stretched(worker: SlowWorker, cause: CpuCause) -> str | None:
         f"holds half; at most {held:.1f}): "
         "the same work ran slower on its CPU (a core shared with other busy threads, or a "
         "slower core); not named"
+    )
+
+
+NEW_CALLS_SHARE = 0.25
+"""Below this share of a rank's extra time in its functions spent in calls its peers do not make
+(more calls of a function, or a function they do not run), the rank made the same calls as its
+peers and they took longer. Healthy ranks sharing a busy host: at most 0.1 (fault suite, quiet
+and loaded); a rank with injected work: 0.29 and more."""
+SAME_CALLS_MIN_RATIO = 1.4
+"""The same calls taking longer name a rank only when its training thread computes this much
+longer than its peers in three steps of four (more work per call: a larger batch, a larger
+model shard). Healthy ranks whose cores other busy threads share reach 1.31 (fault suite, quiet
+and loaded; the healthy demo); a 3× batch keeps 1.48 and more."""
+
+
+def _same_calls_slower(
+    features: Features, functions: np.ndarray, i: int, peers: np.ndarray, work: CpuWork
+) -> str | None:
+    """Why a rank that computes longer is not named when its extra time is in the same calls
+    as its peers' and is not steadily far above theirs: on a shared host which rank's work
+    runs beside which other thread (caches, memory bandwidth, a sibling hyperthread) makes
+    the same work slower on one rank for a while. None when it makes calls its peers do not,
+    or computes steadily longer than that noise reaches."""
+    calls = features.calls
+    others = peers[peers != i]
+    if calls is None or not len(others) or work.steady_ratio >= SAME_CALLS_MIN_RATIO:
+        return None
+    own_ms, own_calls = features.ms[i, functions], calls[i, functions]
+    peer_ms = np.median(features.ms[np.ix_(others, functions)], axis=0)
+    peer_calls = np.median(calls[np.ix_(others, functions)], axis=0)
+    extra = np.maximum(own_ms - peer_ms, 0.0)
+    steps = max(int(features.steps.counts[i]), 1)
+    # More than half a call over the window, beyond a 5% jitter (gc runs, retries).
+    new_calls = own_calls > peer_calls * 1.05 + 0.5 / steps
+    total = float(extra.sum())
+    if total <= 0 or float(extra[new_calls].sum()) >= NEW_CALLS_SHARE * total:
+        return None
+    return (
+        f"its training thread computed {work.on_cpu_ms - work.peers_on_cpu_ms:.1f} ms/step "
+        f"longer than its peers', in the same calls as theirs (no function it calls more often "
+        f"or alone), and by ×{work.steady_ratio:.2f} or less in a quarter of the steps: the same "
+        "work ran slower on its CPU for a while (a core shared with other busy threads); "
+        "not named"
     )
 
 

@@ -146,6 +146,8 @@ def test_a_rank_computing_longer_in_every_step_is_found_on_a_busy_host() -> None
     # Half of every rank's time is run-queue wait: each extra ms on a CPU costs two.
     assert work.excess_ms == pytest.approx(4.0, abs=0.6)
     assert work.steps_shown == work.steps == 8
+    # Steady: about 8 ms against 6 in three steps of four.
+    assert work.steady_ratio == pytest.approx(8.0 / 6.0, abs=0.12)
     assert cpu_work_excess(per_step(rows.tolist()), 0, PEERS, MATERIAL) is None
 
 

@@ -1,10 +1,14 @@
 """A rank that computes longer only because the same work ran slower on its CPU is not named
-(analyzer/fusion.py `_stretched`)."""
+(analyzer/fusion.py `_stretched`, `_same_calls_slower`)."""
 
 from __future__ import annotations
 
-from perfdiag.analyzer.cpu_cause import CpuCause
-from perfdiag.analyzer.fusion import Contributor, SlowWorker, _stretched
+import numpy as np
+import pyarrow as pa
+
+from perfdiag.analyzer.cpu_cause import CpuCause, CpuWork
+from perfdiag.analyzer.features import LEVEL_FUNCTION, Features, StepTimes, build_features
+from perfdiag.analyzer.fusion import Contributor, SlowWorker, _same_calls_slower, _stretched
 
 
 def contributor(category: str, excess: float) -> Contributor:
@@ -35,3 +39,51 @@ def test_extra_computation_one_category_holds_is_the_ranks_own() -> None:
     assert _stretched(worker(8.2, [("cpu_op", 1.8), ("python", 0.2)]), WORK) is None
     blocked = CpuCause("blocked", 2.2, WORK.evidence, "")
     assert _stretched(worker(8.2, [("python", 0.1)]), blocked) is None
+
+
+def features_of(rows: dict[int, list[tuple[str, str, float, int]]], steps: int = 10) -> Features:
+    """Features of ranks whose windows hold `rows`: (function, category, ms, calls) each, over
+    `steps` steps of 20 ms."""
+    table = pa.table(
+        {
+            "rank": pa.array([r for r, fs in rows.items() for _ in fs], pa.int32()),
+            "function": [f for fs in rows.values() for f, _, _, _ in fs],
+            "category": [c for fs in rows.values() for _, c, _, _ in fs],
+            "time_ms": [ms * steps for fs in rows.values() for _, _, ms, _ in fs],
+            "count": pa.array([n * steps for fs in rows.values() for _, _, _, n in fs], pa.int64()),
+        }
+    )
+    ranks = np.array(sorted(rows), dtype=np.int64)
+    return build_features(table, StepTimes(ranks, np.full((len(ranks), steps), 20.0)), min_beta=0.0)
+
+
+HEALTHY = [("aten::mm", "cpu_op", 4.0, 11), ("fetch", "dataloader", 2.0, 1)]
+
+
+def cpu_work(steady_ratio: float) -> CpuWork:
+    return CpuWork(2.0, 7.5, 6.0, 8, 8, steady_ratio)
+
+
+def same_calls_note(rank3: list[tuple[str, str, float, int]], steady: float) -> str | None:
+    features = features_of({0: HEALTHY, 1: HEALTHY, 2: HEALTHY, 3: rank3})
+    functions = features.level == LEVEL_FUNCTION
+    return _same_calls_slower(features, functions, 3, np.arange(4), cpu_work(steady))
+
+
+def test_the_same_calls_taking_a_little_longer_are_a_shared_cpu() -> None:
+    slower = [("aten::mm", "cpu_op", 5.0, 11), ("fetch", "dataloader", 2.5, 1)]
+    note = same_calls_note(slower, 1.2)
+    assert note is not None and "in the same calls as theirs" in note
+
+
+def test_the_same_calls_steadily_far_longer_are_the_ranks_own_work() -> None:
+    """A 3x batch: the same calls, each with more work, in every step."""
+    larger = [("aten::mm", "cpu_op", 7.0, 11), ("fetch", "dataloader", 3.5, 1)]
+    assert same_calls_note(larger, 1.6) is None
+
+
+def test_calls_its_peers_do_not_make_are_the_ranks_own_work() -> None:
+    more_calls = [("aten::mm", "cpu_op", 5.5, 19), ("fetch", "dataloader", 2.0, 1)]
+    assert same_calls_note(more_calls, 1.2) is None
+    alone = [*HEALTHY, ("tokenize", "python", 1.5, 1)]
+    assert same_calls_note(alone, 1.2) is None
