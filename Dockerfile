@@ -4,7 +4,8 @@
 # Build and push (docs/install.md):
 #   docker build -t ghcr.io/perfdiag/perfdiag:0.1.0 --build-arg VERSION=0.1.0 .
 #   docker push ghcr.io/perfdiag/perfdiag:0.1.0
-# tests/chart/test_dockerfile.py checks what can be checked without a container engine.
+# The test suite builds it with buildah on a local Debian base (scripts/image-base.sh) and runs
+# it: tests/image/.
 ARG PYTHON_IMAGE=python:3.11-slim
 # The same Python with a C compiler: the wheel builds the fast Kineto reader's scanner (C).
 ARG BUILD_IMAGE=python:3.11
@@ -16,9 +17,11 @@ COPY perfdiag ./perfdiag
 COPY operator ./operator
 COPY collector ./collector
 COPY analyzer ./analyzer
+# The hook folder is made from /, not /src: there the source's operator/ folder would shadow
+# the standard library's operator module.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
  && pip install --no-cache-dir --no-deps --target /tmp/pd /wheels/perfdiag-*.whl \
- && PYTHONPATH=/tmp/pd python -c "from pathlib import Path; from perfdiag.collector.hookdir import materialize; materialize(Path('/hook'))"
+ && cd / && PYTHONPATH=/tmp/pd python -c "from pathlib import Path; from perfdiag.collector.hookdir import materialize; materialize(Path('/hook'))"
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -30,7 +33,9 @@ LABEL org.opencontainers.image.title="perfdiag" \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
+# perfdiag.testing (the test suite's control plane and kubelet) is not for the image.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+ && python -c "import pathlib, shutil, perfdiag; shutil.rmtree(pathlib.Path(perfdiag.__file__).parent / 'testing')" \
  && groupadd --gid 10001 perfdiag \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp perfdiag
 # World-readable: the init container copies it into an emptyDir under the pod's own user.

@@ -8,8 +8,9 @@
 #   installed editable from this checkout (its C extension built here), the shared one's
 #   packages added by a .pth, and its commands (pytest, mypy, ruff…). So `.venv/bin/python` runs
 #   this checkout's code whatever other clones run setup.
-# - Debian's chromium (headless checks of report.html) and lua5.4 (Argo CD health check
-#   tests), and gcc when there is no C compiler, when apt-get is available.
+# - Debian's chromium (headless checks of report.html), lua5.4 (Argo CD health check tests),
+#   debootstrap and buildah (the image tests build the Dockerfile on a local Debian base,
+#   scripts/image-base.sh), and gcc when there is no C compiler, when apt-get is available.
 #
 # Variables: PERFDIAG_VENV (use this venv path), PERFDIAG_PYTHON (interpreter, ≥ 3.10),
 #            PERFDIAG_SKIP_APT=1 (do not install Debian packages).
