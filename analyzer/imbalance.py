@@ -28,6 +28,11 @@ MIN_STEPS_SHOWN = 0.5
 """The spread reaches half of MIN_LOSS in at least this share of the steps."""
 MAX_SLOWEST_SHARE = 0.5
 """No rank is the slowest in more than this share of the steps."""
+MIN_SHARED_HOST_SPREAD = 0.4
+"""On a host with more runnable threads than cores, the slowest rank's work must also be at
+least this much over the median rank's, on average over the steps: there the same work varies
+from rank to rank by up to 0.27 (healthy runs, 4 ranks on 2 cores, quiet and beside a CPU
+hog), while uneven inputs vary by 0.6 and more."""
 MIN_GROUP = 3
 MAX_RANKS = 4096
 """Above this many ranks in a group, the ranks compared are the group's slowest by window."""
@@ -73,7 +78,12 @@ def imbalance_findings(
         if len(members) > MAX_RANKS:
             members = members[np.argsort(-np.nanmean(work[members], axis=1))[:MAX_RANKS]]
         dilation = _dilation(metas, features.ranks[members])
-        found = _group_imbalance(work[members], features.steps.durations_ms[members], dilation)
+        found = _group_imbalance(
+            work[members],
+            features.steps.durations_ms[members],
+            dilation,
+            MIN_SHARED_HOST_SPREAD if _shared_cores(metas, features.ranks[members]) else 0.0,
+        )
         if found is None:
             continue
         loss_ms, step_ms, shown, slowest = found
@@ -146,14 +156,32 @@ def _dilation(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> float:
     return 1.0 / min(max(float(np.median(shares)), 0.25), 1.0)
 
 
+def _shared_cores(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> bool:
+    """Whether any of the ranks' hosts had more runnable threads than cores."""
+    for rank in ranks.tolist():
+        usage = metas[int(rank)].host_usage
+        if usage is None or usage.host_runnable is None or not usage.host_cores:
+            continue
+        if usage.host_runnable > usage.host_cores:
+            return True
+    return False
+
+
 def _group_imbalance(
-    work: np.ndarray, durations: np.ndarray, dilation: float = 1.0
+    work: np.ndarray, durations: np.ndarray, dilation: float = 1.0, min_spread: float = 0.0
 ) -> tuple[float, float, int, np.ndarray] | None:
+    """`min_spread`: the least mean relative excess of each step's slowest rank's work over
+    the median rank's."""
     valid = ~np.isnan(work).any(axis=0) & ~np.isnan(durations).any(axis=0)
     if valid.sum() < 3:
         return None
     work, durations = work[:, valid], durations[:, valid]
-    loss = (np.max(work, axis=0) - np.median(work, axis=0)) * dilation
+    median = np.median(work, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.where(median > 0, (np.max(work, axis=0) - median) / median, 0.0)
+    if float(np.mean(relative)) < min_spread:
+        return None
+    loss = (np.max(work, axis=0) - median) * dilation
     step = np.median(durations, axis=0)
     step_ms = float(np.mean(step))
     loss_ms = float(np.mean(loss))
