@@ -58,6 +58,11 @@ class RankCpu:
     on_cpu_steps: NDArray[np.float64] | None = None
     """(R, W) the training thread's on-CPU ms in each step, when the hook read it at every step
     boundary on every rank (HostUsage.exact_steps); None when any rank's is sampled."""
+    children_cpu: NDArray[np.float64] | None = None
+    """(R,) ms per step its child processes (DataLoader workers) were on a CPU, when every
+    rank's were sampled."""
+    children_wait: NDArray[np.float64] | None = None
+    """(R,) ms per step its child processes waited for a CPU."""
 
     @property
     def run_share(self) -> NDArray[np.float64]:
@@ -130,7 +135,13 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
             run_all = np.array([np.mean(u.main_run_ms) if u else np.nan for u in usages])
             wait_all = np.array([np.mean(u.main_wait_ms) if u else np.nan for u in usages])
             off_cpu = np.maximum(features.non_wait_wall_ms - run_all - wait_all, 0.0)
+    children_cpu = children_wait = None
+    if all(u is not None and u.children_cpu_ms and u.children_wait_ms for u in usages):
+        children_cpu = np.array([_mean(u.children_cpu_ms) if u else np.nan for u in usages])
+        children_wait = np.array([_mean(u.children_wait_ms) if u else np.nan for u in usages])
     return RankCpu(
+        children_cpu=children_cpu,
+        children_wait=children_wait,
         on_cpu=on_cpu,
         cpu_wait=wait,
         other_threads=np.maximum(other, 0.0),
@@ -183,6 +194,9 @@ def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
         "run_share": pair(cpu.run_share),
         "threads": pair(cpu.threads),
     }
+    if cpu.children_cpu is not None and cpu.children_wait is not None:
+        evidence["children_cpu_ms_per_step"] = pair(cpu.children_cpu)
+        evidence["children_wait_ms_per_step"] = pair(cpu.children_wait)
     if np.isfinite(cpu.quota_cores[i]):
         evidence["cpu_quota_cores"] = round(float(cpu.quota_cores[i]), 3)
     if cpu.host_runnable is not None:
@@ -237,12 +251,16 @@ def explain_excess(
             own,
         )
     if d_off >= 0.5 * excess_ms and d_off > d_run * dilation:
+        waited = _children_waited(cpu, i, peers, d_off, material_ms)
+        if waited is not None:
+            return CpuCause("contended", excess_ms, evidence, waited)
         return CpuCause(
             "blocked",
             excess_ms,
             evidence,
             f"its training thread was blocked (off-CPU: sleeping, I/O, a lock or a queue) "
-            f"{d_off:.1f} ms/step longer than its peers', not computing",
+            f"{d_off:.1f} ms/step longer than its peers', not computing"
+            + _children_computed(cpu, i, peers, material_ms),
             own,
         )
     return CpuCause(
@@ -251,6 +269,40 @@ def explain_excess(
         evidence,
         f"its training thread computed {max(d_run, 0.0):.1f} ms/step longer than its peers'",
         own,
+    )
+
+
+def _children_waited(
+    cpu: RankCpu, i: int, peers: NDArray[np.int64], d_off: float, material_ms: float
+) -> str | None:
+    """Why a rank blocked longer than its peers is not named: its child processes (DataLoader
+    workers, whose batches it waits for) waited for a CPU at least half that much longer,
+    without computing materially more than its peers' children. Which process waits for a
+    CPU longest is chance on a busy host. None otherwise, or without children samples."""
+    if cpu.children_cpu is None or cpu.children_wait is None:
+        return None
+    d_child_run = _delta(cpu.children_cpu, i, peers)
+    d_child_wait = _delta(cpu.children_wait, i, peers)
+    if d_child_wait < 0.5 * d_off or d_child_run >= material_ms:
+        return None
+    return (
+        f"its training thread was blocked {d_off:.1f} ms/step longer than its peers', waiting "
+        f"for its child processes (DataLoader workers), which waited {d_child_wait:.1f} ms/step "
+        f"longer for a CPU than its peers' and computed no more ({d_child_run:+.1f} ms/step): "
+        "which process waits for a CPU longest is chance on a busy host; not named"
+    )
+
+
+def _children_computed(cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float) -> str:
+    """What its child processes computed more than its peers', when material."""
+    if cpu.children_cpu is None:
+        return ""
+    d_child_run = _delta(cpu.children_cpu, i, peers)
+    if d_child_run < material_ms:
+        return ""
+    return (
+        f"; its child processes (DataLoader workers) computed {d_child_run:.1f} ms/step longer "
+        "than its peers'"
     )
 
 

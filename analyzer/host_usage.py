@@ -156,6 +156,8 @@ def host_usage(
         process_cpu_ms=counters.get("process_cpu_ns")
         or _per_step_ms(samples, "process_cpu_run_ns", device, bounds),
         process_wait_ms=_per_step_ms(samples, "process_runqueue_wait_ns", device, bounds),
+        children_cpu_ms=_per_step_ms(samples, "children_cpu_run_ns", device, bounds),
+        children_wait_ms=_per_step_ms(samples, "children_runqueue_wait_ns", device, bounds),
         threads=int(threads.max()) if len(threads) else None,
         throttled_ms=_per_step_ms(samples, "cgroup_throttled_ns", device, bounds),
         cpu_quota_cores=float(quota[-1]) if len(quota) else None,

@@ -5,7 +5,7 @@ and only while a window is open. Each metric is read at the rate its source supp
 
 | tier | period | metrics |
 | --- | --- | --- |
-| fast | 1 ms | GPU SM and memory clocks, clock-throttle reasons, NVLink byte counters (NVML); network bytes per interface (/proc/net/dev); each rank process's CPU run and run-queue wait time (/proc/<pid>/schedstat, ns) |
+| fast | 1 ms | GPU SM and memory clocks, clock-throttle reasons, NVLink byte counters (NVML); network bytes per interface (/proc/net/dev); each rank process's CPU run and run-queue wait time (/proc/<pid>/schedstat, ns); every 20 ms, its threads' and its child processes' (DataLoader workers: /proc/<pid>/task/<pid>/children) |
 | 10 ms | 10 ms | per-core CPU jiffies (/proc/stat; the kernel counts them at USER_HZ = 100 Hz, so faster reads repeat values); GPU power |
 | slow | 100 ms | GPU and memory utilization (NVML averages them over 1/6 s … 1 s), temperature, PCIe throughput (NVML measures it over 20 ms per call, so it has a thread of its own), ECC error counts, XID events; host memory (/proc/meminfo) |
 
@@ -148,6 +148,7 @@ class HardwareSampler:
         run = self._series_for("process_cpu_run_ns", device, counter=True)
         wait = self._series_for("process_runqueue_wait_ns", device, counter=True)
         threads = self._series_for("process_threads", device)
+        children = self._children_reader(rank, pid)
         tasks = f"{self.proc}/{pid}/task"
         fds: dict[str, int] = {}
         self._open_fds.append(fds)
@@ -173,8 +174,48 @@ class HardwareSampler:
             run.add(now, total_run)
             wait.add(now, total_wait)
             threads.add(now, float(len(alive)))
+            children(now)
 
         self._fast.append(_Reader(f"process:{rank}", self._period(PROCESS_S), read))
+
+    def _children_reader(self, rank: int, pid: int) -> Callable[[int], None]:
+        """The rank process's child processes (DataLoader workers): CPU run and run-queue wait
+        of each one's main thread, summed. A rank blocked on its input queue is slow because
+        its workers compute more, or because they wait for a CPU on a busy host: only this
+        tells the two apart."""
+        device = f"rank{rank}"
+        run = self._series_for("children_cpu_run_ns", device, counter=True)
+        wait = self._series_for("children_runqueue_wait_ns", device, counter=True)
+        listing = f"{self.proc}/{pid}/task/{pid}/children"
+        fds: dict[str, int] = {}
+        self._open_fds.append(fds)
+        last: dict[str, tuple[float, float]] = {}
+        gone = [0.0, 0.0]  # children that exited keep their time in the total
+
+        def read(now: int) -> None:
+            try:
+                with open(listing, "rb") as f:
+                    alive = set(f.read().decode().split())
+            except OSError:  # the process ended, or no CONFIG_PROC_CHILDREN: no series
+                return
+            for child in [c for c in fds if c not in alive]:
+                os.close(fds.pop(child))
+                ended = last.pop(child, (0.0, 0.0))
+                gone[0] += ended[0]
+                gone[1] += ended[1]
+            for child in alive:
+                try:
+                    fd = fds.get(child)
+                    if fd is None:
+                        fd = fds[child] = os.open(f"{self.proc}/{child}/schedstat", os.O_RDONLY)
+                    fields = os.pread(fd, 128, 0).split()
+                    last[child] = (float(fields[0]), float(fields[1]))
+                except (OSError, IndexError, ValueError):  # it ended between listing and read
+                    continue
+            run.add(now, gone[0] + sum(r for r, _ in last.values()))
+            wait.add(now, gone[1] + sum(w for _, w in last.values()))
+
+        return read
 
     def _cgroup_reader(self, rank: int, pid: int) -> None:
         """The CPU quota of the rank's cgroup (a Kubernetes CPU limit) and the time the

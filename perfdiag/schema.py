@@ -201,6 +201,13 @@ class HostUsage(BaseModel):
     process_wait_ms: list[float] | None = Field(
         default=None, description="All threads' run-queue wait, per step."
     )
+    children_cpu_ms: list[float] | None = Field(
+        default=None,
+        description="The process's child processes (DataLoader workers) on a CPU, per step.",
+    )
+    children_wait_ms: list[float] | None = Field(
+        default=None, description="Its child processes' run-queue wait, per step."
+    )
     exact_steps: bool = Field(
         default=False,
         description="main_run_ms and main_wait_ms (and process_cpu_ms where read) are the "

@@ -46,6 +46,31 @@ def test_sleeping_in_user_code_is_blocked_not_work() -> None:
     assert "off-CPU" in cause.sentence and "not computing" in cause.sentence
 
 
+def with_children(base: RankCpu, run: list[float], wait: list[float]) -> RankCpu:
+    return RankCpu(
+        **{**base.__dict__, "children_cpu": np.array(run), "children_wait": np.array(wait)}
+    )
+
+
+def test_blocked_on_data_loader_workers_that_waited_for_a_cpu_is_not_named() -> None:
+    """Its DataLoader workers got no CPU for a while on a busy host, computing no more than
+    the peers' workers: the rank waited for its batches by chance."""
+    blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
+    waited = with_children(blocked, [9.0, 9.2, 9.1, 8.9], [2.0, 1.8, 25.0, 2.1])
+    cause = explain_excess(waited, 2, PEERS, 20.0, MATERIAL)
+    assert cause.kind == "contended"
+    assert "DataLoader workers" in cause.sentence and "not named" in cause.sentence
+    assert cause.evidence["children_wait_ms_per_step"] == {"rank": 25.0, "peers_median": 2.0}
+
+
+def test_blocked_on_data_loader_workers_that_compute_more_is_named() -> None:
+    blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
+    slow_workers = with_children(blocked, [9.0, 9.2, 30.0, 8.9], [2.0, 1.8, 12.0, 2.1])
+    cause = explain_excess(slow_workers, 2, PEERS, 20.0, MATERIAL)
+    assert cause.kind == "blocked"
+    assert "child processes (DataLoader workers) computed 21.0 ms/step longer" in cause.sentence
+
+
 def test_a_busy_background_thread_is_threads() -> None:
     cause = explain_excess(
         cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2]),

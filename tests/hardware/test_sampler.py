@@ -195,3 +195,38 @@ def test_a_process_moved_into_a_cpu_limited_cgroup_is_followed() -> None:
     throttled = list(series[("cgroup_throttled_ns", "rank0")].values)
     assert throttled[-1] - throttled[0] > 1e9  # held back ~2.7 s of the 3 s busy loop
     assert all(b >= a for a, b in itertools.pairwise(throttled))
+
+
+def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> None:
+    """A rank whose DataLoader workers (child processes) compute: their CPU time is the
+    process's children's, and stays in the total once a worker has exited."""
+    import subprocess
+    import sys
+
+    code = (
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"  # started once the sampler runs
+        "busy = 'import time\\nend = time.time() + 0.6\\nwhile time.time() < end: pass'\n"
+        "workers = [subprocess.Popen([sys.executable, '-c', busy]) for _ in range(2)]\n"
+        "for w in workers: w.wait()\n"
+        "time.sleep(0.3)\n"
+    )
+    rank = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
+    sampler = HardwareSampler(pids={0: rank.pid}, use_gpu=False)
+    sampler.start()
+    try:
+        time.sleep(0.2)
+        assert rank.stdin is not None
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        rank.wait(timeout=30)
+    finally:
+        sampler.stop()
+        rank.kill()
+    series = {(s.metric, s.device): s for s in sampler.samples()}
+    run = list(series[("children_cpu_run_ns", "rank0")].values)
+    wait = list(series[("children_runqueue_wait_ns", "rank0")].values)
+    # Two workers busy 0.6 s each on 2 cores: most of 1.2 s of CPU, the rest run-queue wait.
+    assert run[-1] - run[0] + wait[-1] - wait[0] > 0.6e9
+    assert run[-1] - run[0] > 0.3e9
+    assert all(b >= a for a, b in itertools.pairwise(run))
