@@ -190,7 +190,7 @@ static int parse_string(const unsigned char *s, size_t n, size_t *p, Value *v) {
     return OK;
 }
 
-static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static inline int p_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 /* A number in JSON's grammar; reaching the end of the buffer is MORE (a value is always
  * followed by ',', '}' or ']' inside an event). */
@@ -203,15 +203,15 @@ static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
     if (i >= n) return MORE;
     if (s[i] == '0') i++;
     else if (s[i] >= '1' && s[i] <= '9') {
-        while (i < n && is_digit(s[i])) i++;
+        while (i < n && p_digit(s[i])) i++;
     } else return BAD;
     if (i >= n) return MORE;
     if (s[i] == '.') {
         v->integral = 0;
         i++;
         if (i >= n) return MORE;
-        if (!is_digit(s[i])) return BAD;
-        while (i < n && is_digit(s[i])) i++;
+        if (!p_digit(s[i])) return BAD;
+        while (i < n && p_digit(s[i])) i++;
         if (i >= n) return MORE;
     }
     if (s[i] == 'e' || s[i] == 'E') {
@@ -219,8 +219,8 @@ static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
         i++;
         if (i < n && (s[i] == '+' || s[i] == '-')) i++;
         if (i >= n) return MORE;
-        if (!is_digit(s[i])) return BAD;
-        while (i < n && is_digit(s[i])) i++;
+        if (!p_digit(s[i])) return BAD;
+        while (i < n && p_digit(s[i])) i++;
         if (i >= n) return MORE;
     }
     v->end = i;
@@ -385,14 +385,14 @@ static int read_thousandths(const unsigned char *s, const Value *v, int64_t *out
     if (negative) i++;
     int64_t whole = 0;
     int digits = 0;
-    for (; i < v->end && is_digit(s[i]); i++, digits++) whole = whole * 10 + (s[i] - '0');
+    for (; i < v->end && p_digit(s[i]); i++, digits++) whole = whole * 10 + (s[i] - '0');
     if (digits > 16 || whole >= MAX_NUMBER) return 0;
     int64_t fraction = 0;
     int decimals = 0;
     int next = -1;    /* the first digit dropped */
     int beyond = 0;   /* a nonzero digit after it */
     if (i < v->end && s[i] == '.') {
-        for (i++; i < v->end && is_digit(s[i]); i++) {
+        for (i++; i < v->end && p_digit(s[i]); i++) {
             if (decimals < 3) {
                 fraction = fraction * 10 + (s[i] - '0');
                 decimals++;
@@ -1058,7 +1058,264 @@ static PyTypeObject SQUEEZER_TYPE = {
     .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, NULL,
+
+/* ------------------------------------------------------------------------------------------
+ * prune(text, event=False): a whole JSON text validated as Python's json.loads (strict) reads
+ * it, and the arrays and objects that no reader keeps blanked out in place: their bytes
+ * between the brackets become spaces, so the text keeps its length and every position (a
+ * parse error is where it was), and json.loads builds an empty array or object there instead
+ * of one Python object per value. Kept: the top-level object's traceEvents (each event's
+ * ph cat name pid tid ts dur, and args), distributedInfo (its scalars), and in args the
+ * collective arguments the readers decode. Any other array or object that is a value of a
+ * trace's top-level object, of distributedInfo, of an event, of args, or a value the readers
+ * want a scalar for, is blanked (`event`: the text is one event). A value is blanked only once
+ * it is read whole and valid, so a text that is not JSON fails where it failed. Nesting deeper
+ * than PRUNE_DEPTH stops the walk (status 2), as does the first error (status 1).
+ */
+#define PRUNE_DEPTH 512
+/* P_BLANK: a value to blank if it is an array or object; P_SKIP: inside one blanked. */
+enum { P_SKIP, P_BLANK, P_TOP, P_INFO, P_EVENTS, P_EVENT, P_ARGS, P_KEEP };
+enum { S_FIRST, S_NEXT, S_COLON, S_VALUE, S_AFTER };
+
+typedef struct {
+    unsigned char object, ctx, state, value_ctx;
+    size_t blank_from; /* the opening bracket of a value to blank; SIZE_MAX: kept */
+} Frame;
+
+static const char *const ARGS_KEPT[] = {
+    "Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
+    "Process Group Name", "Process Group Ranks", "Seq", "Process Group ID", "Input Dims",
+    "Input type", NULL};
+
+/* A key as json decodes it, when it is short ASCII (any other matches no kept key). */
+static int key_text(const unsigned char *s, size_t start, size_t end, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = start; i < end; i++) {
+        unsigned c = s[i];
+        if (c == '\\') {
+            c = s[++i];
+            if (c == 'u') {
+                unsigned v = 0;
+                for (int d = 1; d <= 4; d++) {
+                    unsigned h = s[i + d];
+                    v = v * 16 + (h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+                }
+                i += 4;
+                c = v;
+            } else if (c == 'b') c = '\b';
+            else if (c == 'f') c = '\f';
+            else if (c == 'n') c = '\n';
+            else if (c == 'r') c = '\r';
+            else if (c == 't') c = '\t';
+        }
+        if (c >= 0x80 || k + 1 >= cap) return 0;
+        out[k++] = (char)c;
+    }
+    out[k] = 0;
+    return 1;
+}
+
+static int kept_key(const char *const *kept, const char *key) {
+    for (; *kept; kept++)
+        if (!strcmp(*kept, key)) return 1;
+    return 0;
+}
+
+/* The context of a member's value: what it is to the readers. */
+static unsigned char member_ctx(unsigned char ctx, const unsigned char *s, size_t start,
+                                size_t end) {
+    char key[32];
+    if (ctx == P_SKIP || ctx == P_KEEP) return ctx;
+    if (!key_text(s, start, end, key, sizeof key)) return P_BLANK;
+    if (ctx == P_TOP)
+        return !strcmp(key, "traceEvents") ? P_EVENTS
+               : !strcmp(key, "distributedInfo") ? P_INFO
+                                                  : P_BLANK;
+    if (ctx == P_EVENT) return !strcmp(key, "args") ? P_ARGS : P_BLANK;
+    if (ctx == P_ARGS) return kept_key(ARGS_KEPT, key) ? P_KEEP : P_BLANK;
+    return P_BLANK; /* P_INFO: its scalars only */
+}
+
+static size_t skip_ws(const unsigned char *s, size_t n, size_t i) {
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+static int p_hex(unsigned char c) {
+    return p_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
+/* A scalar at s[i] as json reads it; returns its end, or 0 when there is none. */
+static size_t scalar_end(const unsigned char *s, size_t n, size_t i) {
+    const char *word = NULL;
+    switch (s[i]) {
+    case 'n': word = "null"; break;
+    case 't': word = "true"; break;
+    case 'f': word = "false"; break;
+    case 'N': word = "NaN"; break;
+    case 'I': word = "Infinity"; break;
+    case '-':
+        if (i + 1 < n && s[i + 1] == 'I') word = "-Infinity";
+        break;
+    }
+    if (word) {
+        size_t len = strlen(word);
+        return n - i >= len && !memcmp(s + i, word, len) ? i + len : 0;
+    }
+    size_t j = i;
+    if (j < n && s[j] == '-') j++;
+    if (j < n && s[j] == '0') j++;
+    else if (j < n && p_digit(s[j]))
+        while (j < n && p_digit(s[j])) j++;
+    else return 0;
+    if (j + 1 < n && s[j] == '.' && p_digit(s[j + 1])) {
+        j += 2;
+        while (j < n && p_digit(s[j])) j++;
+    }
+    if (j < n && (s[j] == 'e' || s[j] == 'E')) {
+        size_t e = j + 1;
+        if (e < n && (s[e] == '+' || s[e] == '-')) e++;
+        if (e < n && p_digit(s[e])) {
+            while (e < n && p_digit(s[e])) e++;
+            j = e;
+        }
+    }
+    return j;
+}
+
+/* A string whose opening quote is s[i]: the index after its closing quote, or 0. */
+static size_t string_end(const unsigned char *s, size_t n, size_t i) {
+    for (i++; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '"') return i + 1;
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            if (++i >= n) return 0;
+            c = s[i];
+            if (c == 'u') {
+                if (n - i < 5) return 0;
+                for (int d = 1; d <= 4; d++)
+                    if (!p_hex(s[i + d])) return 0;
+                i += 4;
+            } else if (!strchr("\"\\/bfnrt", c) || !c) {
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
+enum { PRUNED = 0, PRUNE_ERROR = 1, PRUNE_DEEP = 2 };
+
+static int prune_text(unsigned char *s, size_t n, int event, size_t *at, size_t *blanked) {
+    Frame stack[PRUNE_DEPTH + 1];
+    int depth = 0; /* frames in use */
+    unsigned char ctx = event ? P_EVENT : P_TOP; /* the context of the value to read */
+    size_t i = skip_ws(s, n, 0);
+    *blanked = 0;
+    for (;;) {
+        /* Read a value at i, in context ctx. */
+        if (i >= n) goto fail;
+        if (s[i] == '{' || s[i] == '[') {
+            if (depth == PRUNE_DEPTH) {
+                *at = i;
+                return PRUNE_DEEP;
+            }
+            Frame *f = &stack[depth++];
+            f->object = s[i] == '{';
+            int kept = ctx == P_KEEP || ctx == P_SKIP ||
+                       (f->object ? ctx == P_TOP || ctx == P_INFO || ctx == P_EVENT ||
+                                        ctx == P_ARGS
+                                  : ctx == P_EVENTS);
+            f->blank_from = kept ? SIZE_MAX : i;
+            f->ctx = kept ? ctx : P_SKIP;
+            f->state = S_FIRST;
+            i = skip_ws(s, n, i + 1);
+        } else {
+            size_t end = s[i] == '"' ? string_end(s, n, i) : scalar_end(s, n, i);
+            if (!end) goto fail;
+            i = skip_ws(s, n, end);
+            if (!depth) break;
+            stack[depth - 1].state = S_AFTER;
+        }
+        /* Punctuation until the next value. */
+        for (;;) {
+            if (!depth) goto done;
+            Frame *f = &stack[depth - 1];
+            if (i >= n) goto fail;
+            unsigned char c = s[i];
+            unsigned char close = f->object ? '}' : ']';
+            if (f->state == S_AFTER && c == ',') {
+                f->state = S_NEXT;
+                i = skip_ws(s, n, i + 1);
+                if (!f->object) break;
+                continue;
+            }
+            if (f->state == S_AFTER || (f->state == S_FIRST && c == close)) {
+                if (c != close) goto fail;
+                if (f->blank_from != SIZE_MAX && i > f->blank_from + 1) {
+                    memset(s + f->blank_from + 1, ' ', i - f->blank_from - 1);
+                    *blanked += i - f->blank_from - 1;
+                }
+                depth--;
+                i = skip_ws(s, n, i + 1);
+                if (depth) stack[depth - 1].state = S_AFTER;
+                continue;
+            }
+            if (!f->object) break; /* an element */
+            if (f->state == S_FIRST || f->state == S_NEXT) {
+                if (c != '"') goto fail;
+                size_t end = string_end(s, n, i);
+                if (!end) goto fail;
+                f->value_ctx = member_ctx(f->ctx, s, i + 1, end - 1);
+                f->state = S_COLON;
+                i = skip_ws(s, n, end);
+                continue;
+            }
+            if (f->state == S_COLON) {
+                if (c != ':') goto fail;
+                f->state = S_VALUE;
+                i = skip_ws(s, n, i + 1);
+                break;
+            }
+            goto fail;
+        }
+        Frame *f = &stack[depth - 1];
+        ctx = f->object ? f->value_ctx : f->ctx == P_EVENTS ? P_EVENT : f->ctx;
+    }
+done:
+    if (i != n) goto fail;
+    *at = n;
+    return PRUNED;
+fail:
+    *at = i;
+    return PRUNE_ERROR;
+}
+
+static PyObject *prune(PyObject *module, PyObject *args, PyObject *kwargs) {
+    PyObject *text;
+    int event = 0;
+    static char *keywords[] = {"text", "event", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Y|p", keywords, &text, &event)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(text, &view, PyBUF_WRITABLE) < 0) return NULL;
+    size_t at = 0, blanked = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = prune_text((unsigned char *)view.buf, (size_t)view.len, event, &at, &blanked);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("inn", status, (Py_ssize_t)at, (Py_ssize_t)blanked);
+}
+
+static PyMethodDef MODULE_METHODS[] = {
+    {"prune", (PyCFunction)(void (*)(void))prune, METH_VARARGS | METH_KEYWORDS,
+     "prune(text: bytearray, event=False) -> (status, position, bytes blanked): 0 valid JSON, "
+     "1 not JSON at position, 2 nested deeper than 512 at position."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, MODULE_METHODS,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {

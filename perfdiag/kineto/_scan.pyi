@@ -29,3 +29,8 @@ class Squeezer:
     string_kept: int  # offset written of the last string's opening quote (-1: none yet)
     def __init__(self, limit: int) -> None: ...
     def squeeze(self, data: Buffer, into: bytearray | None, upto: int = -1) -> int: ...
+
+def prune(text: bytearray, event: bool = False) -> tuple[int, int, int]:
+    """(status, position, bytes blanked) of a whole JSON text (_scan.c): 0 valid, 1 not JSON
+    at position, 2 nested deeper than 512 at position; the arrays and objects no reader keeps
+    blanked in place."""

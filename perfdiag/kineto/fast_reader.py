@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto._scan import Scanner, Squeezer
+from perfdiag.kineto._scan import Scanner, Squeezer, prune
 from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, TRACE_EVENTS_KEY, TS_TYPE
-from perfdiag.kineto.text import PIECE, pieces, squeezer
+from perfdiag.kineto.text import PIECE, PRUNED, pieces, squeezer
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -67,7 +67,7 @@ class _Reader:
     def __init__(self, decode: tuple[str, ...], piece: int) -> None:
         self.scanner = Scanner(tuple(prefix.encode() for prefix in decode))
         self.piece = piece
-        self.prefix: bytes | None = None  # the file up to and including the array's '['
+        self.prefix: bytearray | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
         # Squeezes the text taken in (perfdiag.kineto.text): before the array, after it, and
         # while a piece's worth of the array holds no whole event (blanks, or a long event).
@@ -97,9 +97,17 @@ class _Reader:
     def finish(self) -> FastRead | None:
         if self.prefix is None or not self._parse() or not self.closed:
             return None  # not JSON, or an event the scanner cannot read (the general reader will)
+        text, self.prefix = self.prefix, bytearray()
+        text += b"]"
+        text += self.pending
+        self.pending = bytearray()
+        # The top-level fields' arrays and objects that no reader keeps are blanked, not
+        # decoded (perfdiag.kineto.text); a text that is not JSON: the general reader words it.
+        if prune(text)[0] != PRUNED:
+            return None
         try:
-            header = json.loads(self.prefix + b"]" + self.pending)
-        except (ValueError, RecursionError):  # the general reader words the error
+            header = json.loads(text)
+        except (ValueError, RecursionError):
             return None
         if not isinstance(header, dict):
             return None
@@ -143,7 +151,7 @@ class _Reader:
             if self.pending[at] != token:
                 return False
             at += 1
-        self.prefix = bytes(self.pending[:at])
+        self.prefix = self.pending[:at]
         del self.pending[:at]
         return True
 
@@ -157,8 +165,11 @@ class _Reader:
             return False
         for index, start, stop in wanted:
             # The scanner read the event: json.loads reads it too (unless it nests too deeply).
+            event = bytearray(self.pending[start:stop])
+            if prune(event, event=True)[0] != PRUNED:
+                return False
             try:
-                self.decoded[index] = json.loads(self.pending[start:stop])
+                self.decoded[index] = json.loads(event)
             except RecursionError:
                 return False
         self.rows += events

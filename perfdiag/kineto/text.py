@@ -1,6 +1,7 @@
 """A trace file's JSON text, as both readers take it in: a stream of pieces, gunzipped on the
 way, within the limits of docs/limits.md (MAX_TRACE_BYTES for the whole text, MAX_STRING_BYTES
-for one string), its padding squeezed out by _scan.c's Squeezer.
+for one string), its padding squeezed out by _scan.c's Squeezer, and the arrays and objects that no reader
+keeps blanked out by _scan.c's prune (nesting deeper than 512 levels refused).
 
 The general reader needs the whole text at once (json.loads); `read_text` hands it the text
 squeezed, so that what it holds follows the tokens of the file: blanks, however many, are kept
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfdiag.kineto._scan import Squeezer
+from perfdiag.kineto._scan import Squeezer, prune
 from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater
 from perfdiag.limits import MAX_STRING_BYTES, MAX_TRACE_BYTES, size_text
 from perfdiag.regular_file import open_regular
@@ -31,6 +32,7 @@ from perfdiag.regular_file import open_regular
 PIECE = 1 << 20  # bytes of text handled at once
 _READ = 1 << 20  # compressed bytes read at once
 GARBAGE, LONG_STRING = 1, 2  # Squeezer.stopped
+PRUNED, NOT_JSON, TOO_DEEP = 0, 1, 2  # prune's status
 # What bytes.rstrip() strips: a parse error past the last other byte is "the file ends early".
 _BLANKS = " \t\n\r\x0b\x0c"
 _BLANK_BYTES = _BLANKS.encode()
@@ -93,13 +95,19 @@ def long_string(path: Path, at: int) -> TraceError:
     )
 
 
+def nested_too_deeply(path: Path) -> TraceError:
+    return TraceError(f"{path}: not valid JSON: nested too deeply")
+
+
 @dataclass
 class Text:
     """A trace's text for the general reader: squeezed, decoded."""
 
     path: Path
     text: str
-    squeezed: bool  # the squeeze left out bytes: a position is found in the file again
+    # The squeeze left out bytes, or blanked some (a blanked character may have been several
+    # bytes): a position is found in the file again.
+    squeezed: bool
     # The squeeze stopped at garbage, and the file goes on with more than blanks after it.
     continued: bool
     end: Position | None  # the file's end, when `text` runs to it
@@ -166,6 +174,11 @@ def read_text(path: Path) -> Text:
     if utf8.error is not None:
         reason, at = utf8.error
         raise TraceError(f"{path}: not UTF-8 text ({reason} at byte {at})")
+    # What no reader keeps is blanked in place (its positions unchanged): json.loads builds
+    # objects for the values the analysis reads, not for every value of the file.
+    status, _, blanked = prune(data)
+    if status == TOO_DEEP:
+        raise nested_too_deeply(path)
     try:
         text = data.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:  # a stop in the middle of a character: its first byte
@@ -176,7 +189,7 @@ def read_text(path: Path) -> Text:
     return Text(
         path,
         text,
-        squeezed=squeeze.kept != squeeze.read,
+        squeezed=squeeze.kept != squeeze.read or blanked > 0,
         continued=continued,
         end=None if squeeze.stopped else end,
     )

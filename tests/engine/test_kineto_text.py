@@ -247,3 +247,76 @@ def test_the_text_before_the_array_is_searched_once(tmp_path: Path) -> None:
     raw = load_trace(path, piece=1 << 10)
     assert raw.fast and raw.events.num_rows == 4
     assert time.monotonic() - start < 15
+
+
+# --- values no reader keeps are not decoded ---------------------------------------------------
+
+
+def _dense(path: Path, where: str, count: int, *, general: bool = False) -> None:
+    """A valid trace holding `count` zeros in one array: a top-level field, or an event's args;
+    `general`: with a timestamp written as a string, which only the general reader reads."""
+    trace = _valid_trace()
+    if general:
+        trace["traceEvents"][1]["ts"] = "110.25"
+    if where == "top":
+        trace["pad"] = "@"
+    else:
+        trace["traceEvents"][1]["args"]["pad"] = "@"
+    head, tail = json.dumps(trace).split('"@"')
+    path.write_bytes(head.encode() + b"[" + b"0," * count + b"0]" + tail.encode())
+
+
+@pytest.mark.parametrize("where", ["top", "args"])
+@pytest.mark.parametrize("general", [False, True])
+def test_a_token_dense_array_costs_its_text_not_a_value_each(
+    tmp_path: Path, where: str, general: bool
+) -> None:
+    import tracemalloc
+
+    count = 5_000_000  # 10 MB of text; json.loads would hold 40 MB of pointers for it
+    _dense(tmp_path / "dense.json", where, count, general=general)
+    _dense(tmp_path / "plain.json", where, 0, general=general)
+    tracemalloc.start()
+    try:
+        dense = load_trace(tmp_path / "dense.json", fast=not general)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert dense.fast is not general
+    assert peak < 3.5 * 2 * count, peak  # the text (and its copies), never a value a zero
+    plain = load_trace(tmp_path / "plain.json", fast=not general)
+    assert dense.events.equals(plain.events)
+    if where == "top":
+        assert dense.header["pad"] == []  # read as empty: nothing reads it
+
+
+def test_the_values_read_are_kept_and_a_text_that_is_not_json_fails_where_it_did(
+    tmp_path: Path,
+) -> None:
+    trace = _valid_trace()
+    trace["traceEvents"][2]["args"]["Process Group Ranks"] = [0, 1]  # a collective's: kept
+    trace["distributedInfo"]["hosts"] = ["a", "b"]
+    path = tmp_path / "rank-1.json"
+    path.write_text(json.dumps(trace))
+    for fast in (True, False):
+        raw = load_trace(path, fast=fast)
+        nccl = raw.events["name"].to_pylist().index("ncclDevKernel_AllReduce_Sum_f32")
+        assert raw.events["pg_ranks"][nccl].as_py() == "[0, 1]"
+        assert raw.header["distributedInfo"] == {"rank": 1, "world_size": 2, "hosts": []}
+    # A blanked value's characters may have been several bytes: positions are the file's.
+    path.write_text('{"pad": ["é", "é"], "traceEvents": [] x}')
+    with pytest.raises(TraceError, match=r"Expecting ',' delimiter \(line 1, column 39, byte 38\)"):
+        load_trace(path, fast=False)
+
+
+def test_nesting_deeper_than_512_levels_is_refused_by_both_readers(tmp_path: Path) -> None:
+    for depth, refused in ((511, False), (513, True)):
+        trace = json.dumps(_valid_trace())
+        path = tmp_path / f"deep-{depth}.json"
+        path.write_text(trace[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}")
+        for fast in (True, False):
+            if refused:
+                with pytest.raises(TraceError, match="not valid JSON: nested too deeply"):
+                    load_trace(path, fast=fast)
+            else:
+                assert load_trace(path, fast=fast).events.num_rows
