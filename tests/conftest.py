@@ -3,6 +3,9 @@
 - `kube_cluster`: etcd + kube-apiserver on loopback, admin kubeconfig (perfdiag.testing.kube).
 - `minio_server`: MinIO on loopback with generated credentials and a fresh bucket.
 - `s3_prefix`: a fresh `s3://bucket/<random>` URI per test; `kube_namespace`: a fresh namespace.
+- `perfdiag_image`: the image built from the Dockerfile with buildah on a local Debian base
+  (perfdiag.testing.image), and its root filesystem. A build that fails FAILS the tests using
+  it (never a skip); its name, size and build time are printed at the end.
 
 Tests using them are marked `cluster` automatically (and should say so with
 @pytest.mark.cluster). Missing binaries make those tests FAIL with a message saying how to build
@@ -23,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from perfdiag.testing.binaries import BinariesMissing, find_bin_dir
+from perfdiag.testing.image import BuiltImage, ImageBuildFailed, build_image
 from perfdiag.testing.kube import KubeCluster, start_kube_cluster
 from perfdiag.testing.minio_server import MinioServer, start_minio
 
@@ -76,7 +80,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     notes = terminalreporter.config.stash.get(_notes_key, [])
     if notes:
-        terminalreporter.write_sep("-", "perfdiag test servers")
+        terminalreporter.write_sep("-", "perfdiag test servers and image")
         for line in notes:
             terminalreporter.write_line(line)
 
@@ -164,3 +168,15 @@ def kube_namespace(kube_cluster: KubeCluster) -> str:
     name = f"t-{secrets.token_hex(5)}"
     kube_cluster.kubectl("create", "namespace", name)
     return name
+
+
+@pytest.fixture(scope="session")
+def perfdiag_image(request: pytest.FixtureRequest) -> BuiltImage:
+    """The image of this checkout (built once per change of what the Dockerfile copies)."""
+    try:
+        image = build_image(REPO_ROOT)
+    except ImageBuildFailed as exc:
+        pytest.fail(f"the image did not build: {exc}", pytrace=False)
+    how = f"built in {image.build_seconds:.0f} s" if image.build_seconds else "reused (unchanged)"
+    request.config.stash[_notes_key].append(f"image {image.name}: {image.size}, {how}")
+    return image

@@ -16,7 +16,12 @@ What it does, as the real ones would:
   annotations, labels), secretKeyRef and envFrom secretRef, read from the API server;
 - images are local: `Image` maps an image name to its ENTRYPOINT/CMD, working directory and the
   files it carries (e.g. /opt/perfdiag/hook); container paths in command, args and env values
-  are translated to the pod's folders (volume mounts) or the image's files;
+  are translated to the pod's folders (volume mounts) or the image's files. An image with a
+  root filesystem (`Image.rootfs`, the image the suite builds from the Dockerfile) runs its
+  containers inside it instead (perfdiag.testing.rootfs_run): an overlay of the image per
+  container, the pod's volumes mounted at their paths (readOnly kept), the image's ENV and USER
+  (securityContext runAsUser/runAsGroup win), HOME from the image's /etc/passwd; emptyDirs are
+  world-writable, as the kubelet makes them, so containers of different users share them;
 - Jobs (batch/v1): the pod template runs up to backoffLimit+1 times, within
   activeDeadlineSeconds; status (startTime, active, succeeded/failed, completionTime, the
   SuccessCriteriaMet/Complete or FailureTarget/Failed conditions) is written back; a deleted
@@ -35,6 +40,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -91,12 +97,17 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class Image:
-    """A container image, locally."""
+    """A container image, locally: either commands of this machine with some of the image's
+    paths mapped to host folders (`files`), or, with `rootfs`, the image's own root filesystem
+    (see `LocalPod.container`)."""
 
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     workdir: str | None = None  # a path inside the image (mapped through `files`)
     files: Mapping[str, Path] = field(default_factory=dict)  # image path → host path
+    rootfs: Path | None = None  # the image's files (perfdiag.testing.image.build_image)
+    user: str = "0:0"  # the image's USER, uid:gid (rootfs images)
+    env: Mapping[str, str] = field(default_factory=dict)  # the image's ENV (rootfs images)
 
 
 KUBELET_LOG = "kubelet"
@@ -181,6 +192,8 @@ class LocalPod:
             path = self.root / "volumes" / volume["name"]
             path.mkdir(parents=True, exist_ok=True)
             if "emptyDir" in volume or "downwardAPI" in volume:
+                if "emptyDir" in volume:
+                    path.chmod(0o777)
                 self.volumes[volume["name"]] = path
             else:
                 raise PodFailed(f"volume {volume['name']}: only emptyDir and downwardAPI here")
@@ -216,9 +229,12 @@ class LocalPod:
                 os.replace(tmp, target)
 
     # ---- containers ---------------------------------------------------------------------------
-    def _env(self, container: Mapping[str, Any]) -> dict[str, str]:
+    def _env(
+        self, container: Mapping[str, Any], base: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The container's environment on top of `base` (default: the kubelet's base_env)."""
         meta = self.manifest["metadata"]
-        env = dict(self.kubelet.base_env)
+        env = dict(self.kubelet.base_env if base is None else base)
         env["HOSTNAME"] = self.name
         for source in container.get("envFrom") or []:
             ref = source.get("secretRef")
@@ -279,6 +295,8 @@ class LocalPod:
         image = self.kubelet.images.get(spec.get("image", ""))
         if image is None:
             raise PodFailed(f"image {spec.get('image')!r} is not known to the local kubelet")
+        if image.rootfs is not None:
+            return self._rootfs_container(spec, image, image.rootfs)
         env = self._env(spec)
         mounts = self._mounts(spec, image)
         command = list(spec.get("command") or image.entrypoint)
@@ -295,6 +313,36 @@ class LocalPod:
         workdir = spec.get("workingDir") or image.workdir
         cwd = Path(self._translate(workdir, mounts)) if workdir else self.root
         return _Container(spec["name"], argv, env, cwd, self.root / "logs" / f"{spec['name']}.log")
+
+    def _user(self, spec: Mapping[str, Any], image: Image) -> str:
+        uid, _, gid = image.user.partition(":")
+        for context in (self.manifest["spec"].get("securityContext") or {},
+                        spec.get("securityContext") or {}):  # fmt: skip
+            uid = str(context.get("runAsUser", uid))
+            gid = str(context.get("runAsGroup", gid))
+        return f"{uid}:{gid or uid}"
+
+    def _rootfs_container(self, spec: Mapping[str, Any], image: Image, rootfs: Path) -> _Container:
+        """The container in the image's own files (perfdiag.testing.rootfs_run)."""
+        user = self._user(spec, image)
+        env = self._env(spec, {**image.env, "HOME": _home(rootfs, user.split(":")[0])})
+        command = list(spec.get("command") or image.entrypoint)
+        args = list(spec.get("args") or ([] if spec.get("command") else image.cmd))
+        argv = [expand(a, env) for a in [*command, *args]]
+        if not argv:
+            raise PodFailed(f"container {spec['name']}: no command")
+        launcher = [
+            sys.executable, "-I", "-m", "perfdiag.testing.rootfs_run",
+            "--rootfs", str(rootfs),
+            "--scratch", str(self.root / "rootfs" / spec["name"]),
+            "--user", user,
+            "--workdir", spec.get("workingDir") or image.workdir or "/",
+        ]  # fmt: skip
+        for mount in spec.get("volumeMounts") or []:
+            host = str(self.volumes[mount["name"]]) + (":ro" if mount.get("readOnly") else "")
+            launcher += ["--mount", f"{mount['mountPath']}={host}"]
+        log_path = self.root / "logs" / f"{spec['name']}.log"
+        return _Container(spec["name"], [*launcher, "--", *argv], env, self.root, log_path)
 
     def _run(self) -> None:
         try:
@@ -581,6 +629,16 @@ class LocalKubelet:
             )
         except Exception as exc:  # a deleted Job; anything else shows in the test's log
             log.warning("job %s: status not written: %s", name, exc)
+
+
+def _home(rootfs: Path, uid: str) -> str:
+    """The home folder of `uid` in the image's /etc/passwd ("/" when it has none)."""
+    with contextlib.suppress(OSError):
+        for line in (rootfs / "etc" / "passwd").read_text().splitlines():
+            fields = line.split(":")
+            if len(fields) >= 6 and fields[2] == uid:
+                return fields[5]
+    return "/"
 
 
 def _condition(type_: str, reason: str, message: str, now: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ import yaml
 from perfdiag.collector import spool
 from perfdiag.collector.hookdir import materialize
 from perfdiag.demo.scenarios import TRAIN_SCRIPT
+from perfdiag.testing.image import BuiltImage
 from perfdiag.testing.kubelet import KUBELET_LOG, Image, LocalKubelet
 from perfdiag.testing.processes import free_port
 from perfdiag.testing.training_operator import PORT_NAME, pytorchjob_pods
@@ -59,18 +60,33 @@ def pytorchjob(name: str, args: list[str]) -> dict[str, Any]:
     return job
 
 
-def images(workdir: Path, script: Path = TRAIN_SCRIPT) -> dict[str, Image]:
-    """The two images, locally: perfdiag (the console script; the hook folder at
-    /opt/perfdiag/hook as the Dockerfile lays it out) and the training image (`script` as
-    demo.py in /workspace, its working directory)."""
-    hook = materialize(workdir / "image-perfdiag" / "hook")
+def images(
+    workdir: Path, script: Path = TRAIN_SCRIPT, perfdiag_image: BuiltImage | None = None
+) -> dict[str, Image]:
+    """The two images, locally: the training image (`script` as demo.py in /workspace, its
+    working directory; this machine's Python with torch) and perfdiag: with `perfdiag_image`
+    (the image built from the Dockerfile) its own files, user and environment, else the
+    development venv's console script with the hook folder at /opt/perfdiag/hook as the
+    Dockerfile lays it out."""
     workspace = workdir / "image-pytorch" / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workspace / "demo.py")
+    training = Image(workdir="/workspace", files={"/workspace": workspace})
+    if perfdiag_image is not None:
+        built = Image(
+            entrypoint=perfdiag_image.entrypoint,
+            cmd=perfdiag_image.cmd,
+            workdir=perfdiag_image.workdir,
+            rootfs=perfdiag_image.rootfs,
+            user=perfdiag_image.user,
+            env=perfdiag_image.env,
+        )
+        return {PERFDIAG_IMAGE: built, TRAINING_IMAGE: training}
+    hook = materialize(workdir / "image-perfdiag" / "hook")
     perfdiag_bin = Path(sys.executable).parent / "perfdiag"
     return {
         PERFDIAG_IMAGE: Image(entrypoint=(str(perfdiag_bin),), files={"/opt/perfdiag/hook": hook}),
-        TRAINING_IMAGE: Image(workdir="/workspace", files={"/workspace": workspace}),
+        TRAINING_IMAGE: training,
     }
 
 
@@ -138,11 +154,13 @@ def running_training(
     script: Path = TRAIN_SCRIPT,
     args: list[str] | None = None,
     node_of: Callable[[str], str] | None = None,
+    perfdiag_image: BuiltImage | None = None,
 ) -> Iterator[Training]:
     """The PyTorchJob applied, its pods created as the training operator would, run by the
     local kubelet until the ranks are training; stopped (stop file, then the kubelet) after.
     Default training: perfdiag's demo with a slow rank (`demo_args`). `node_of`: the node each
-    pod (by name) runs on (one node by default)."""
+    pod (by name) runs on (one node by default). `perfdiag_image`: perfdiag's containers (hook
+    copy, agent, analyzer Job) run from the built image instead of the development venv."""
     stop_file = workdir / f"{name}.stop"
     job = pytorchjob(name, demo_args(stop_file) if args is None else args)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
@@ -156,7 +174,7 @@ def running_training(
         cluster.kube.api_client(),
         namespace,
         workdir / "kubelet",
-        images(workdir, script),
+        images(workdir, script, perfdiag_image),
         base_env(),
         node_of=node_of,
     ).start()

@@ -1,7 +1,11 @@
 """The product as users meet it, end to end on the real control plane: the Kubeflow example
 PyTorchJob opted in, pods injected by the webhook (the apiserver calls it), `kubectl apply` of
 a PerfDiagnosis, the plan reaching the hooks through the downward-API file, the agents
-uploading to MinIO, the analyzer Job, the verdict in status and in `kubectl get pdiag`."""
+uploading to MinIO, the analyzer Job, the verdict in status and in `kubectl get pdiag`.
+
+The first test runs perfdiag's containers (the init container's hook copy, the agent sidecar,
+the analyzer Job) from the image built from the Dockerfile, as its user 10001 in its own files;
+the others run them from the development venv."""
 
 from __future__ import annotations
 
@@ -22,13 +26,13 @@ CAPTURE_STEPS = 10
 
 
 def test_kubectl_apply_to_verdict(
-    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path, perfdiag_image: Any
 ) -> None:
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     with cluster.operator(ns):
         wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path) as training:
+        with running_training(cluster, ns, tmp_path, perfdiag_image=perfdiag_image) as training:
             for pod in training.pods:  # the webhook injected every pod of the job
                 spec = cluster.core.read_namespaced_pod(pod, ns).spec
                 assert [c.name for c in spec.init_containers] == ["perfdiag-hook", "perfdiag-agent"]
@@ -54,6 +58,7 @@ def test_kubectl_apply_to_verdict(
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{training.logs()}") from None
             elapsed = time.monotonic() - started
+            ran_from_image = _ran_from_image(training, perfdiag_image)
             table = cluster.kubectl("get", "pdiag", "-n", ns).stdout
             wide = cluster.kubectl("get", "pdiag", "why-slow", "-n", ns, "-o", "wide").stdout
             events = cluster.events(ns, "why-slow")
@@ -96,6 +101,27 @@ def test_kubectl_apply_to_verdict(
     # The step rate was measured first: every rank captured the same steps, planned ahead.
     assert status["window"]["startStep"] > status["watch"]["step"] > 0, status
     assert status["watch"]["stepsPerSecond"] > 0, status["watch"]
+    # perfdiag's containers ran from the image, the training with its own Python.
+    assert ran_from_image == {
+        **{(pod, c): True for pod in training.pods for c in ("perfdiag-hook", "perfdiag-agent")},
+        **{(pod, "pytorch"): False for pod in training.pods},
+        ("analyzer", "analyzer"): True,
+    }, ran_from_image
+
+
+def _ran_from_image(training: Any, image: Any) -> dict[tuple[str, str], bool]:
+    """(pod, container) → whether it ran in the image's files; the hook files the training
+    imported were copied by the image's user. The analyzer Job's pod is ("analyzer", …)."""
+    found: dict[tuple[str, str], bool] = {}
+    for name, pod in training.kubelet.pods.items():
+        for container, proc in pod.containers.items():
+            found[(name, container)] = str(image.rootfs) in proc.argv
+        hook = pod.root / "volumes" / "perfdiag-hook" / "sitecustomize.py"
+        assert hook.stat().st_uid == int(image.user.split(":")[0]), name
+    [job] = training.kubelet.jobs.values()
+    [(container, proc)] = job.containers.items()
+    found[("analyzer", container)] = str(image.rootfs) in proc.argv
+    return found
 
 
 def test_a_slow_node_is_named_with_its_pods(
