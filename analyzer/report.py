@@ -27,6 +27,8 @@ from perfdiag.analyzer.features import LEVEL_CATEGORY, LEVEL_FUNCTION
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.pipeline import Analysis
 from perfdiag.analyzer.text import format_ranks, ms, pct
+from perfdiag.api.verdict import RankRange, WorkerInfo
+from perfdiag.ranks import format_runs, merge_runs, run_count
 
 MAX_RANKS_SHOWN = 64
 HEATMAP_ROWS = 20
@@ -467,18 +469,29 @@ def _workers_section(analysis: Analysis) -> str:
     position = {int(r): i for i, r in enumerate(features.ranks)}
     comm = features.wait_index if len(features.ranks) else None
     nw = features.non_wait_index
-    workers = analysis.verdict.workers
-    # At most MAX_WORKER_ROWS rows, problems first: a world size claimed by the input, far
-    # above the ranks it holds, must not make the page grow with it.
-    problem = [w for w in workers if w.state != "ok"]
-    unlisted_problems = problem[MAX_WORKER_ROWS:]
-    problem = problem[:MAX_WORKER_ROWS]
-    listed = (
-        problem + [w for w in workers if w.state == "ok"][: max(0, MAX_WORKER_ROWS - len(problem))]
-    )
-    listed.sort(key=lambda w: w.rank)
+    verdict = analysis.verdict
+    workers = verdict.workers
+    # At most MAX_WORKER_ROWS rows, problems first: a row per missing or stuck worker and per
+    # range of ranks with no file (verdict.missing), so that a world size claimed by the input,
+    # far above the ranks it holds, does not make the page grow with it.
+    problems: list[WorkerInfo | RankRange] = [w for w in workers if w.state != "ok"]
+    problems += verdict.missing
+    problems.sort(key=lambda p: p.rank if isinstance(p, WorkerInfo) else p.first)
+    unlisted_problems = problems[MAX_WORKER_ROWS:]
+    problems = problems[:MAX_WORKER_ROWS]
+    healthy = [w for w in workers if w.state == "ok"]
+    listed = problems + healthy[: max(0, MAX_WORKER_ROWS - len(problems))]
+    listed.sort(key=lambda p: p.rank if isinstance(p, WorkerInfo) else p.first)
     rows = []
     for w in listed:
+        if isinstance(w, RankRange):
+            ranks = format_runs([(w.first, w.last)])
+            rows.append(
+                f'<tr><td class="num">{ranks}</td><td>—</td><td>—</td>'
+                '<td class="state-missing">missing</td><td class="num">—</td>'
+                f'<td class="num">—</td><td class="num">—</td><td>{escape(w.reason)}</td></tr>'
+            )
+            continue
         i = position.get(w.rank)
         step = ms(float(analysis.steps.median_ms[i])) if i is not None else "—"
         work = ms(float(features.ms[i, nw])) if i is not None else "—"
@@ -496,12 +509,15 @@ def _workers_section(analysis: Analysis) -> str:
             f"<td>{escape(note)}</td></tr>"
         )
     more = ""
-    healthy_unlisted = len(workers) - len(listed) - len(unlisted_problems)
+    healthy_unlisted = len(healthy) - (len(listed) - len(problems))
     if unlisted_problems:
-        ranks = format_ranks(w.rank for w in unlisted_problems)
+        runs = merge_runs(
+            (p.rank, p.rank) if isinstance(p, WorkerInfo) else (p.first, p.last)
+            for p in unlisted_problems
+        )
         more += (
-            f'<p class="hint">{len(unlisted_problems)} more missing or stuck workers not listed '
-            f"(ranks {escape(ranks)}).</p>"
+            f'<p class="hint">{run_count(runs)} more missing or stuck workers not listed '
+            f"(ranks {escape(format_runs(runs))}).</p>"
         )
     if healthy_unlisted:
         more += f'<p class="hint">{healthy_unlisted} more healthy workers not listed.</p>'

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from perfdiag.ranks import format_runs, rank_runs, runs_phrase
 from perfdiag.schema import IDLE, IDLE_FUNCTION, OTHER_FUNCTION
-
-MAX_RANK_RUNS = 12
 
 NEXT_STEP: dict[str, str] = {
     "python": "look at what this Python code does differently on that rank (per-rank data or "
@@ -49,38 +48,11 @@ RANGE_NEXT_STEP: dict[str, str] = {
 
 def format_ranks(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 3, 7] → '0-3,7' (long lists are cut, with the count)."""
-    values = sorted(set(ranks))
-    runs: list[str] = []
-    start = prev = None
-    for r in values:
-        if start is None:
-            start = prev = r
-        elif prev is not None and r == prev + 1:
-            prev = r
-        else:
-            runs.append(_run(start, prev))
-            start = prev = r
-    if start is not None:
-        runs.append(_run(start, prev))
-    if len(runs) > MAX_RANK_RUNS:
-        return ",".join(runs[:MAX_RANK_RUNS]) + f",… ({len(values)} ranks)"
-    return ",".join(runs)
-
-
-def _run(start: int, end: int | None) -> str:
-    if end is None or end == start:
-        return str(start)
-    if end == start + 1:
-        return f"{start},{end}"
-    return f"{start}-{end}"
+    return format_runs(rank_runs(ranks))
 
 
 def ranks_phrase(ranks: Iterable[int], capital: bool = False) -> str:
-    values = sorted(set(ranks))
-    word = "Rank" if capital else "rank"
-    if len(values) == 1:
-        return f"{word} {values[0]}"
-    return f"{word}s {format_ranks(values)}"
+    return runs_phrase(rank_runs(ranks), capital=capital)
 
 
 def ms(value: float) -> str:

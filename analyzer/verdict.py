@@ -9,7 +9,7 @@ from perfdiag.analyzer.features import StepTimes
 from perfdiag.analyzer.findings import Reported
 from perfdiag.analyzer.text import ms, pct, ranks_phrase
 from perfdiag.analyzer.thresholds import Thresholds
-from perfdiag.analyzer.workers import WorkerAccount, worker_infos
+from perfdiag.analyzer.workers import WorkerAccount, missing_ranges, worker_infos
 from perfdiag.api.verdict import StepTimes as StepTimesModel
 from perfdiag.api.verdict import Verdict, VerdictStatus, WindowInfo
 
@@ -128,6 +128,7 @@ def build_verdict(
         summary=summary_sentence(status, account, reported, window, thresholds),
         window=window,
         workers=worker_infos(capture, account),
+        missing=missing_ranges(account),
         findings=[r.finding for r in reported],
         notes=input_notes(capture),
     )

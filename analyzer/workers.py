@@ -21,9 +21,10 @@ from typing import Any
 from perfdiag.analyzer.capture import Capture
 from perfdiag.analyzer.hang import HangDiagnosis, diagnose_hang, read_flight_recorder
 from perfdiag.analyzer.thresholds import Thresholds
-from perfdiag.api.verdict import WorkerInfo
+from perfdiag.api.verdict import RankRange, WorkerInfo
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.limits import MAX_RANKS, rank_problem
+from perfdiag.ranks import rank_runs
 from perfdiag.stall import (
     HEARTBEAT_STALE_S,
     RankProgress,
@@ -33,6 +34,12 @@ from perfdiag.stall import (
 )
 
 STACK_FRAMES_QUOTED = 6
+
+NO_FILE = "no file of this worker in the capture"
+"""Why an expected rank is missing when the capture holds no file of it at all."""
+
+NO_FILE_RANGE = "no file in the capture"
+"""The same, for a range of ranks in verdict.json's `missing`."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ def account_workers(
             missing[rank] = f"{what} unreadable: {capture.unreadable[rank]}"
             continue
         if status is None:
-            missing[rank] = "no file of this worker in the capture"
+            missing[rank] = NO_FILE
             continue
         if status.phase == "failed":
             missing[rank] = f"its window failed: {status.error or 'no reason given'}"
@@ -215,8 +222,12 @@ def main_thread_frames(dump: Any) -> list[str] | None:
 
 
 def worker_infos(capture: Capture, account: WorkerAccount) -> list[WorkerInfo]:
+    """verdict.json's `workers`: a row per expected rank, except those with no file at all
+    (missing_ranges), whose rows would say nothing but their rank."""
     infos = []
     for rank in account.expected:
+        if account.missing.get(rank) == NO_FILE:
+            continue
         meta = capture.metas.get(rank)
         status = capture.statuses.get(rank)
         host = (meta.host if meta else None) or (status.host if status else None)
@@ -224,3 +235,12 @@ def worker_infos(capture: Capture, account: WorkerAccount) -> list[WorkerInfo]:
         state = "stuck" if rank in account.stuck else "missing" if rank in account.missing else "ok"
         infos.append(WorkerInfo(rank=rank, host=host, pod=pod, state=state))
     return infos
+
+
+def missing_ranges(account: WorkerAccount) -> list[RankRange]:
+    """verdict.json's `missing`: the expected ranks with no file at all, as ranges. A world size
+    of 100,000 stated by a 2-rank capture is one range, not 99,998 rows."""
+    absent = (rank for rank, why in account.missing.items() if why == NO_FILE)
+    return [
+        RankRange(first=first, last=last, reason=NO_FILE_RANGE) for first, last in rank_runs(absent)
+    ]

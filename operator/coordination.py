@@ -825,7 +825,7 @@ def verdict_summary(verdict: Verdict) -> VerdictStatusSummary:
     # stuck workers only when no finding singles out the ranks holding the others up (in a hang
     # every rank is stuck; the hang finding names the culprits).
     culprits = {r for f in findings if f.kind != "expected_range" for r in f.ranks}
-    culprits |= {w.rank for w in verdict.workers if w.state == "missing"}
+    culprits |= {r for first, last in verdict.rank_runs("missing") for r in range(first, last + 1)}
     if not culprits:
         culprits = {w.rank for w in verdict.workers if w.state == "stuck"}
     pods = {w.rank: w.pod for w in verdict.workers if w.pod}

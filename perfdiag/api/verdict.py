@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfdiag.api.trigger import Slowdown
+from perfdiag.ranks import Run, merge_runs, rank_runs
 
 VERDICT_SCHEMA = "perfdiag.verdict/v1"
 
@@ -53,12 +55,39 @@ class WindowInfo(BaseModel):
 
 
 class WorkerInfo(BaseModel):
+    """One worker the capture holds a file of (its summary or trace, status, an unreadable
+    file), or one with a state of its own (stuck)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    rank: int
-    host: str | None = None
-    pod: str | None = None
-    state: WorkerState = "ok"
+    rank: int = Field(description="Global rank.")
+    host: str | None = Field(default=None, description="Its host (node), when a file names it.")
+    pod: str | None = Field(default=None, description="Its pod, when a file names it.")
+    state: WorkerState = Field(
+        default="ok",
+        description="ok: analysed; missing: not analysed (its window failed, its file is "
+        "unreadable, it stopped before its summary; the report and the notes say why); stuck: "
+        "its training step stopped advancing.",
+    )
+
+
+class RankRange(BaseModel):
+    """Consecutive ranks first … last, expected but missing for the same reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first: int = Field(ge=0, description="First rank of the range.")
+    last: int = Field(ge=0, description="Last rank of the range, inclusive (first for one rank).")
+    reason: str = Field(description="Why these ranks were not analysed.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RankRange:
+        if self.last < self.first:
+            raise ValueError(f"last rank {self.last} is below first rank {self.first}")
+        return self
+
+    def ranks(self) -> range:
+        return range(self.first, self.last + 1)
 
 
 class Finding(BaseModel):
@@ -78,7 +107,18 @@ class Verdict(BaseModel):
     status: VerdictStatus
     summary: str
     window: WindowInfo
-    workers: list[WorkerInfo]
+    workers: list[WorkerInfo] = Field(
+        description="One row per expected rank that the capture holds a file of (analysed, or "
+        "missing with a reason of its own) or that is stuck, ascending by rank; the expected "
+        "ranks with no file at all are in `missing`."
+    )
+    missing: list[RankRange] = Field(
+        default_factory=list,
+        description="Expected ranks (the caller's, a stated world size) of which the capture "
+        "holds no file at all, as ranges of consecutive ranks, ascending and disjoint; none of "
+        "them has a row in `workers`. The verdict stays as small as the capture when a job "
+        "claims far more ranks than were captured (added in v1; absent when empty).",
+    )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(
         default_factory=list,
@@ -93,6 +133,33 @@ class Verdict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    @model_validator(mode="after")
+    def _ranges_apart(self) -> Verdict:
+        rows = sorted(w.rank for w in self.workers)
+        previous = -1
+        for item in self.missing:
+            if item.first <= previous:
+                raise ValueError(
+                    f"missing ranks {item.first}-{item.last} overlap or precede the range before"
+                )
+            previous = item.last
+            at = bisect_left(rows, item.first)
+            if at < len(rows) and rows[at] <= item.last:
+                raise ValueError(f"rank {rows[at]} is both in workers and in missing")
+        return self
+
+    def rank_runs(self, state: WorkerState) -> list[Run]:
+        """The ranks in `state` as runs of consecutive ranks (first, last), ascending: for
+        "missing", the rows of `workers` missing and the ranges of `missing` together."""
+        runs = rank_runs(w.rank for w in self.workers if w.state == state)
+        if state == "missing":
+            runs = merge_runs([*runs, *((m.first, m.last) for m in self.missing)])
+        return runs
+
+    def expected_ranks(self) -> int:
+        """How many ranks the verdict expected: its rows and its missing ranges."""
+        return len(self.workers) + sum(m.last - m.first + 1 for m in self.missing)
+
     def sorted(self) -> Verdict:
         """The contract: findings sorted by severity, descending."""
         return self.model_copy(
@@ -100,7 +167,9 @@ class Verdict(BaseModel):
         )
 
     def to_json(self) -> str:
-        # Absent, not null, when nothing fired the capture: readers of the earlier v1 keep
-        # seeing the fields they know.
-        exclude = {"trigger"} if self.trigger is None else None
-        return self.model_dump_json(by_alias=True, indent=2, exclude=exclude)
+        # Absent, not null or empty, when nothing fired the capture or no expected rank is
+        # without a file: readers of the earlier v1 keep seeing the fields they know.
+        exclude = {"trigger"} if self.trigger is None else set()
+        if not self.missing:
+            exclude.add("missing")
+        return self.model_dump_json(by_alias=True, indent=2, exclude=exclude or None)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import textwrap
 
 from perfdiag.api import Verdict
+from perfdiag.ranks import runs_phrase
 from perfdiag.terminal import safe_text
 
 _MAX_FINDINGS = 5
-_MAX_RUNS = 12  # runs of consecutive ranks listed for "workers not captured"
 
 
 def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
@@ -23,7 +23,7 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
         )
     lines += textwrap.wrap(verdict.summary, width=96, initial_indent="  ", subsequent_indent="  ")
     culprits = {rank for finding in verdict.findings[:1] for rank in finding.ranks}
-    missing = {worker.rank for worker in verdict.workers if worker.state != "ok"}
+    not_captured = _states(verdict)
     per_rank = verdict.window.step_time_ms.per_rank
     if per_rank:
         cells = []
@@ -37,9 +37,9 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
         lines += textwrap.wrap(
             "   ".join(cells), width=96, initial_indent="    ", subsequent_indent="    "
         )
-    if missing:
+    if not_captured:
         lines += textwrap.wrap(
-            f"workers not captured: {_states(verdict)}",
+            f"workers not captured: {not_captured}",
             width=96,
             initial_indent="  ",
             subsequent_indent="    ",
@@ -70,27 +70,11 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
 
 
 def _states(verdict: Verdict) -> str:
-    """'ranks 3-7,9 missing; rank 4 stuck': each state's ranks as ranges."""
-    by_state: dict[str, list[int]] = {}
-    for worker in verdict.workers:
-        if worker.state != "ok":
-            by_state.setdefault(worker.state, []).append(worker.rank)
-    return "; ".join(f"{_ranks(ranks)} {state}" for state, ranks in sorted(by_state.items()))
-
-
-def _ranks(ranks: list[int]) -> str:
-    """'rank 4' or 'ranks 0-3,7': consecutive ranks as ranges, the first few runs only."""
-    values = sorted(set(ranks))
-    if len(values) == 1:
-        return f"rank {values[0]}"
-    runs: list[tuple[int, int]] = []
-    for rank in values:
-        if runs and rank == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], rank)
-        else:
-            runs.append((rank, rank))
-    shown = [
-        str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs[:_MAX_RUNS]
-    ]
-    more = f",… ({len(values)} ranks)" if len(runs) > _MAX_RUNS else ""
-    return f"ranks {','.join(shown)}{more}"
+    """'ranks 3-7,9 missing; rank 4 stuck': each state's ranks as ranges (the rows of
+    `workers` and the ranges of `missing`), the first few runs only; '' when all are ok."""
+    parts = []
+    for state in ("missing", "stuck"):
+        runs = verdict.rank_runs(state)
+        if runs:
+            parts.append(f"{runs_phrase(runs)} {state}")
+    return "; ".join(parts)

@@ -97,7 +97,12 @@ def test_expected_ranks_name_workers_that_left_no_file(local_storage: LocalStora
     write_capture(local_storage, table, metas)
     verdict = analyze(local_storage, expected_ranks=list(range(6)))
     assert verdict.status == "incomplete"
-    assert [w.rank for w in verdict.workers if w.state == "missing"] == [4, 5]
+    # No file at all: a range of verdict.missing, no row of verdict.workers.
+    assert [w.rank for w in verdict.workers] == [0, 1, 2, 3]
+    assert [(m.first, m.last, m.reason) for m in verdict.missing] == [
+        (4, 5, "no file in the capture")
+    ]
+    assert verdict.rank_runs("missing") == [(4, 5)]
     assert "Ranks 4,5 are missing" in verdict.summary
     # The slow worker is still reported.
     assert verdict.findings[0].ranks == [1]
@@ -109,7 +114,8 @@ def test_world_size_names_missing_ranks(local_storage: LocalStorage) -> None:
     write_capture(local_storage, table, metas, drop=[0])  # no file at all for rank 0
     verdict = analyze(local_storage)
     assert verdict.status == "incomplete"
-    assert [w.rank for w in verdict.workers if w.state == "missing"] == [0]
+    assert [w.rank for w in verdict.workers] == [1, 2, 3]
+    assert [(m.first, m.last) for m in verdict.missing] == [(0, 0)]
     assert "no file of this worker" in verdict.summary
 
 

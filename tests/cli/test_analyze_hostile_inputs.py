@@ -92,18 +92,57 @@ def test_a_rank_or_world_size_above_the_limit_skips_that_trace(
     assert len(_verdict(tmp_path)["workers"]) <= 2
 
 
-def test_a_world_size_at_the_limit_bounds_the_output(cli: Any, tmp_path: Path) -> None:
-    """The claimed world size is accepted (it is within the limit): the report and the terminal
-    output stay small; verdict.json lists each rank (its schema's contract)."""
-    _write(tmp_path, "rank-0.json", _trace(0, MAX_RANKS))
+@pytest.mark.parametrize("claim", ["world_size", "--expected-ranks"])
+def test_a_world_size_at_the_limit_bounds_the_output(cli: Any, tmp_path: Path, claim: str) -> None:
+    """Two captured ranks of a job claiming the most ranks allowed, by its traces' world size or
+    by --expected-ranks: verdict.json, the report and the terminal follow the two ranks, and the
+    other 99,998 are one range of verdict.json's `missing`."""
+    world = MAX_RANKS if claim == "world_size" else 2
+    options = ["--expected-ranks", str(MAX_RANKS)] if claim == "--expected-ranks" else []
+    for rank in (0, 1):
+        _write(tmp_path, f"rank-{rank}.json", _trace(rank, world))
     start = time.monotonic()
+    code, out, err = cli("analyze", str(tmp_path), *options)
+    assert code == 0, err
+    assert time.monotonic() - start < 30
+    assert len(out) < 10_000
+    assert f"workers not captured: ranks 2-{MAX_RANKS - 1} missing" in out
+    assert (tmp_path / layout.VERDICT).stat().st_size < 1_000_000
+    assert (tmp_path / layout.REPORT).stat().st_size < 2_000_000
+    verdict = _verdict(tmp_path)
+    assert [(w["rank"], w["state"]) for w in verdict["workers"]] == [(0, "ok"), (1, "ok")]
+    assert verdict["missing"] == [
+        {"first": 2, "last": MAX_RANKS - 1, "reason": "no file in the capture"}
+    ]
+    assert f"2-{MAX_RANKS - 1}" in (tmp_path / layout.REPORT).read_text()
+    code, out, err = cli("analyze", str(tmp_path), "--json", *options)
+    assert code == 0, err
+    assert len(out) < 10_000
+    assert json.loads(out)["missing"] == verdict["missing"]
+
+
+def test_scattered_missing_ranks_come_out_exact(cli: Any, tmp_path: Path) -> None:
+    """Of a job of 8 ranks: 0, 1 and 3 captured, 4 left a file that cannot be read (a row of
+    `workers`, missing with its reason), 2 and 5-7 left nothing (ranges of `missing`)."""
+    for rank in (0, 1, 3):
+        _write(tmp_path, f"rank-{rank}.json", _trace(rank, 8))
+    _write(tmp_path, "rank-4.json", "{not json")
     code, out, err = cli("analyze", str(tmp_path))
     assert code == 0, err
-    assert time.monotonic() - start < 60
-    assert len(out) < 2_000
-    assert f"ranks 1-{MAX_RANKS - 1} missing" in out
-    assert (tmp_path / layout.REPORT).stat().st_size < 1_000_000
-    assert len(_verdict(tmp_path)["workers"]) == MAX_RANKS
+    verdict = _verdict(tmp_path)
+    assert [(w["rank"], w["state"]) for w in verdict["workers"]] == [
+        (0, "ok"),
+        (1, "ok"),
+        (3, "ok"),
+        (4, "missing"),
+    ]
+    assert [(m["first"], m["last"]) for m in verdict["missing"]] == [(2, 2), (5, 7)]
+    assert "workers not captured: ranks 2,4-7 missing" in out
+    assert verdict["status"] == "incomplete"
+    assert verdict["summary"].startswith("Ranks 2,4-7 are missing")
+    report = (tmp_path / layout.REPORT).read_text()
+    assert '<td class="num">5-7</td>' in report and "no file in the capture" in report
+    assert "rank-4.json: not valid JSON" in "\n".join(verdict["notes"])
 
 
 def test_a_top_level_field_nested_5000_deep_skips_that_trace(cli: Any, tmp_path: Path) -> None:
@@ -153,7 +192,8 @@ def test_expected_ranks_of_the_api_above_the_limit_are_ignored(
     table, metas = SyntheticJob(n_ranks=2, seed=3).build()
     write_capture(local_storage, table, metas)
     verdict = analyze(local_storage, expected_ranks=[0, 1, 2, 10**12])
-    assert [w.rank for w in verdict.workers] == [0, 1, 2]
+    assert [w.rank for w in verdict.workers] == [0, 1]
+    assert [(m.first, m.last) for m in verdict.missing] == [(2, 2)]
 
 
 # --- regular files only -------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def _essentials(verdict: dict[str, Any]) -> dict[str, Any]:
         "status": verdict["status"],
         "window": verdict["window"],
         "workers": [(w["rank"], w["state"]) for w in verdict["workers"]],
+        "missing": verdict.get("missing", []),
         "findings": [
             (f["kind"], f["category"], f["function"], f["ranks"]) for f in verdict["findings"]
         ],
