@@ -637,3 +637,24 @@ def test_any_damaged_capture_gives_a_verdict_or_a_clear_error(
         storage.put_text(f"{layout.WORKERS}/{extra_rank}/{layout.STATUS}", "{}")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     _assert_bounded_outcome(cli, folder, size)
+
+
+def test_the_report_lists_at_most_its_rows_of_missing_ranks(cli: Any, tmp_path: Path) -> None:
+    """Every other rank of 500 captured: 210 runs of missing ranks; the report lists the first
+    200 and names the rest as ranges, with their count."""
+    for rank in range(0, 420, 2):
+        _write(tmp_path, f"rank-{rank}.json", _trace(rank, 500))
+    code, out, err = cli("analyze", str(tmp_path), "--quiet")
+    assert code == 0, err
+    verdict = _verdict(tmp_path)
+    assert len(verdict["workers"]) == 210
+    missing = [(m["first"], m["last"]) for m in verdict["missing"]]
+    assert missing == [*((r, r) for r in range(1, 419, 2)), (419, 499)]
+    assert "workers not captured: ranks 1,3,5,7,9,11,13,15,17,19,21,23,… (290 ranks) missing" in out
+    report = (tmp_path / layout.REPORT).read_text()
+    assert report.count('<td class="state-missing">missing</td>') == 200
+    assert (
+        "90 more missing or stuck workers not listed "
+        "(ranks 401,403,405,407,409,411,413,415,417,419-499)"
+    ) in report
+    assert "210 more healthy workers not listed" in report

@@ -9,7 +9,14 @@ import pytest
 
 from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.api.plan import Plan
-from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, WorkerInfo
+from perfdiag.api.verdict import (
+    Finding,
+    RankRange,
+    StepTimes,
+    Verdict,
+    WindowInfo,
+    WorkerInfo,
+)
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
 from perfdiag.operator.coordination import (
@@ -255,6 +262,15 @@ def test_verdict_summary_names_culprit_ranks_and_pods() -> None:
     assert summary.culprit_ranks == [3]
     assert summary.culprit_pods == ["p-1"]
     assert [f.kind for f in summary.top_findings] == ["slow_worker", "expected_range"]
+
+
+def test_verdict_summary_names_missing_workers_of_rows_and_ranges() -> None:
+    verdict = _verdict()
+    workers = [*verdict.workers[:3], WorkerInfo(rank=4, pod="p-2", state="missing")]
+    missing = [RankRange(first=3, last=3, reason="no file"), RankRange(first=5, last=6, reason="x")]
+    summary = verdict_summary(verdict.model_copy(update={"workers": workers, "missing": missing}))
+    assert summary.culprit_ranks == [3, 4, 5, 6]
+    assert summary.culprit_pods == ["p-2"]
 
 
 def _analyzing() -> PerfDiagnosisStatus:
