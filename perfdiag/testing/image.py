@@ -223,3 +223,37 @@ def _prune(buildah: Buildah, keep: str) -> None:
             if c.get("containername") == ROOTFS_CONTAINER + image["id"][:12]:
                 subprocess.run(["buildah", *buildah.flags, "rm", c["id"]], capture_output=True)
         subprocess.run(["buildah", *buildah.flags, "rmi", image["id"]], capture_output=True)
+
+
+def run_in_image(
+    image: BuiltImage,
+    argv: list[str],
+    scratch: Path,
+    *,
+    user: str | None = None,
+    env: dict[str, str] | None = None,
+    mounts: dict[str, Path] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """`argv` (the image's ENTRYPOINT + CMD when empty) in the image's files as its user (or
+    `user`), with its ENV plus `env`, host folders mounted at `mounts` (inside path → host
+    path); `scratch` takes the container's own writes."""
+    import sys
+
+    command = argv or [*image.entrypoint, *image.cmd]
+    launcher = [
+        sys.executable, "-I", "-m", "perfdiag.testing.rootfs_run",
+        "--rootfs", str(image.rootfs), "--scratch", str(scratch),
+        "--user", user or image.user, "--workdir", image.workdir,
+    ]  # fmt: skip
+    for inside, host in (mounts or {}).items():
+        launcher += ["--mount", f"{inside}={host}"]
+    environment = {"HOME": "/tmp", **image.env, **(env or {})}
+    return subprocess.run(
+        [*launcher, "--", *command],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
