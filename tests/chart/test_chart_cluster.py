@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from perfdiag.operator.injection import InjectionConfig, inject
+from perfdiag.testing.image import BuiltImage, run_in_image
 from perfdiag.testing.kube import KubeCluster
 from perfdiag.testing.kube_schemas import (
     fetch_openapi_v3,
@@ -318,7 +319,11 @@ def _wait(probe: Any, what: str, timeout: float = 60) -> Any:
 
 
 def test_operator_runs_under_the_chart_service_account_token(
-    install: Any, kube_cluster: KubeCluster, minio_server: Any, tmp_path: Path
+    install: Any,
+    kube_cluster: KubeCluster,
+    minio_server: Any,
+    tmp_path: Path,
+    perfdiag_image: BuiltImage,
 ) -> None:
     """The chart's Deployment command and environment (webhook enabled, with the chart's
     generated certificate), with the ServiceAccount's own token instead of admin: the webhook
@@ -387,7 +392,7 @@ def test_operator_runs_under_the_chart_service_account_token(
     try:
         try:
             _exercise_webhook(port, ca_pem, team, storage)
-            _exercise_operator(kube_cluster, team, storage, minio_server)
+            _exercise_operator(kube_cluster, team, storage, minio_server, perfdiag_image, tmp_path)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\noperator log:\n{log.read_text()[-6000:]}") from exc
         assert proc.poll() is None, log.read_text()[-4000:]  # still running
@@ -484,7 +489,14 @@ def _condition(obj: Any, type_: str) -> Any:
     return None
 
 
-def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server: Any) -> None:
+def _exercise_operator(
+    cluster: KubeCluster,
+    ns: str,
+    storage: str,
+    minio_server: Any,
+    image: BuiltImage,
+    scratch: Path,
+) -> None:
     def diagnosis(name: str, target: dict[str, Any]) -> str:
         return json.dumps(
             {
@@ -560,7 +572,7 @@ def _exercise_operator(cluster: KubeCluster, ns: str, storage: str, minio_server
         input=diagnosis("complete", {"kind": "Pods", "selector": {"matchLabels": {"app": "w"}}}),
     )
     _report_step_rate(cluster, ns, "complete", minio_server)
-    _complete_capture(cluster, ns, "complete", minio_server)
+    _complete_capture(cluster, ns, "complete", minio_server, image, scratch)
 
 
 def _report_step_rate(cluster: KubeCluster, ns: str, name: str, minio_server: Any) -> None:
@@ -593,10 +605,18 @@ def _report_step_rate(cluster: KubeCluster, ns: str, name: str, minio_server: An
         )
 
 
-def _complete_capture(cluster: KubeCluster, ns: str, name: str, minio_server: Any) -> None:
+def _complete_capture(
+    cluster: KubeCluster,
+    ns: str,
+    name: str,
+    minio_server: Any,
+    image: BuiltImage,
+    scratch: Path,
+) -> None:
     """The rest of a diagnosis under the ServiceAccount: the worker's capture lands in storage
     (as its agent would write it), the operator ends the window, takes the plan off the pod and
-    creates the analyzer Job; the suite runs the Job's command as the kubelet would and marks
+    creates the analyzer Job; the suite runs the Job's command in the image built from the
+    Dockerfile, as its user, as the kubelet would, and marks
     it complete; the operator reads verdict.json and writes the verdict, artifacts and Events."""
     from perfdiag.api.worker import WorkerStatus
     from perfdiag.parquet_io import table_to_bytes
@@ -639,13 +659,8 @@ def _complete_capture(cluster: KubeCluster, ns: str, name: str, minio_server: An
     # The kubelet's part: run the container's command (with the Secret's credentials; the
     # chart's endpoint is not this MinIO), then report the Job complete.
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    run = subprocess.run(
-        [str(Path(sys.executable).with_name("perfdiag")), *container["args"]],
-        env={**os.environ, **minio_server.env()},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_in_image(image, [*image.entrypoint, *container["args"]], scratch / "analyzer",
+                       env=minio_server.env())  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     complete = [
