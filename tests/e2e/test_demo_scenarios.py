@@ -1,10 +1,10 @@
 """Every demo scenario, end to end, several times: real 4-rank gloo training under
 `perfdiag demo`, the verdict read back from verdict.json. A flaky diagnosis is a failing one.
 
-One exception, for the healthy scenario alone: 4 ranks share this machine's 2 cores, and about
-one healthy run in 20 has one rank really slower in one op for most of the window (same calls,
-several times the CPU time, no run-queue wait, no stolen time: docs/testing.md), which the
-analyzer rightly reports. Such a run is printed and run once more; two in a row fail."""
+One exception, for the healthy scenario alone: 4 ranks share this machine's 2 cores, and a
+healthy run can have a rank really slower at the same work for a stretch of the window
+(docs/testing.md, "The healthy demo on a 2-core host"); the analyzer names no rank for that, but
+should a run still be flagged it is printed and run once more; two in a row fail."""
 
 from __future__ import annotations
 
