@@ -6,8 +6,10 @@ into a single Arrow table so the cross-worker stage never loops over ranks.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pyarrow as pa
@@ -51,7 +53,13 @@ class Capture:
     collectives: pa.Table | None = None
     """Collective calls of every rank (analyzer/collectives.py), when the source has them."""
     trace_keys: dict[int, str] = field(default_factory=dict)
-    """Rank → its Kineto trace key, for Kineto folders (the timeline re-reads a few)."""
+    """Rank → its Kineto trace key, for Kineto folders."""
+    timeline_events: dict[int, Path] = field(default_factory=dict)
+    """Rank → the events its timeline lanes show (analyzer/timeline.py `timeline_events`), for
+    Kineto folders: kept by the import in an Arrow IPC file under `scratch`, so that no trace is
+    read twice and no rank's events stay in memory while the others are read."""
+    scratch: tempfile.TemporaryDirectory[str] | None = None
+    """The temporary folder of `timeline_events`; removed by `close()`."""
     breakdown: dict[int, RankBreakdown] = field(default_factory=dict)
     """GPU time breakdown per rank (HTA's definitions), for Kineto folders: breakdown.json."""
     hardware_keys: dict[int, str] = field(default_factory=dict)
@@ -61,6 +69,13 @@ class Capture:
     @property
     def ranks(self) -> list[int]:
         return sorted(self.metas)
+
+    def close(self) -> None:
+        """Remove the temporary files the capture holds (`scratch`)."""
+        self.timeline_events = {}
+        if self.scratch is not None:
+            self.scratch.cleanup()
+            self.scratch = None
 
 
 def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:

@@ -48,12 +48,32 @@ class _Imported:
 
     key: str
     meta: WorkerMeta
+    timeline_events: Path
     summary: pa.Table
     calls: pa.Table
     breakdown: RankBreakdown
 
 
 def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
+    kept: dict[int, Path] = {}  # rank → its timeline events (Capture.timeline_events)
+    scratch = tempfile.TemporaryDirectory(prefix="perfdiag-timeline-")
+    try:
+        capture = _load(storage, keys, say, Path(scratch.name), kept)
+    except BaseException:
+        scratch.cleanup()
+        raise
+    capture.timeline_events = kept
+    capture.scratch = scratch
+    return capture
+
+
+def _load(
+    storage: Storage,
+    keys: list[str],
+    say: Callable[[str], None],
+    scratch: Path,
+    kept: dict[int, Path],
+) -> Capture:
     from perfdiag.kineto.events import rank_from_name
 
     tables: dict[int, pa.Table] = {}
@@ -73,7 +93,10 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
         pool = ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto")
         # On an error the files not started yet are not read (then the folder goes).
         stack.callback(pool.shutdown, wait=True, cancel_futures=True)
-        results = pool.map(lambda key: _import(storage, key, Path(tmp)), keys)
+        results = pool.map(
+            lambda n_key: _import(storage, n_key[1], Path(tmp), scratch / f"{n_key[0]}.arrow"),
+            enumerate(keys),
+        )
         for done, (key, result) in enumerate(zip(keys, results, strict=True), start=1):
             if isinstance(result, str):
                 skipped.append(f"{key}: {result}")
@@ -93,6 +116,7 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
             metas[rank] = result.meta
             calls.append(result.calls)
             breakdown[rank] = result.breakdown
+            kept[rank] = result.timeline_events
             say(f"summarized {done}/{len(keys)} traces (rank {rank})")
     if not tables:
         detail = "; ".join(skipped[:5])
@@ -117,8 +141,10 @@ def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -
     )
 
 
-def _import(storage: Storage, key: str, tmp: Path) -> _Imported | str:
-    """One trace file imported and summarized; a string says why it was skipped."""
+def _import(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | str:
+    """One trace file imported and summarized, the events the timeline shows of it written to
+    `keep`; a string says why it was skipped."""
+    from perfdiag.analyzer.timeline import keep_timeline_events
     from perfdiag.breakdown import gpu_breakdown
     from perfdiag.kineto import TraceError, read_kineto
     from perfdiag.summary import summarize
@@ -135,9 +161,11 @@ def _import(storage: Storage, key: str, tmp: Path) -> _Imported | str:
         finally:
             if local is None:
                 path.unlink(missing_ok=True)  # the copy of a remote file is no longer needed
+        keep_timeline_events(events, keep)
         return _Imported(
             key=key,
             meta=meta,
+            timeline_events=keep,
             summary=normalize_summary(summarize(events, meta), storage.uri_of(key)),
             calls=collective_calls(events),
             breakdown=gpu_breakdown(events, meta.window.step_bounds_ns),

@@ -289,21 +289,24 @@ def run_analysis(
     if root is not None and not root.parent.is_dir():
         raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
     capture = load_capture(storage, say)
-    analysis = analyze_capture(
-        capture,
-        thresholds,
-        expected_ranks,
-        progress=say,
-        read_hardware=_hardware_reader(storage, capture),
-        read_events=_events_reader(storage, capture),
-    )
-    from perfdiag.analyzer.report import render_report
+    try:
+        analysis = analyze_capture(
+            capture,
+            thresholds,
+            expected_ranks,
+            progress=say,
+            read_hardware=_hardware_reader(storage, capture),
+            read_events=_events_reader(storage, capture),
+        )
+        from perfdiag.analyzer.report import render_report
 
-    target = out or storage
-    target.put_text(layout.REPORT, render_report(analysis))
-    from perfdiag.analyzer.timeline import build_timeline
+        target = out or storage
+        target.put_text(layout.REPORT, render_report(analysis))
+        from perfdiag.analyzer.timeline import build_timeline
 
-    target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
+        target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
+    finally:
+        capture.close()  # the timeline was the last to read its temporary files
     verdict = analysis.verdict
     late = [n for n in capture.input_notes if n not in verdict.notes]
     if late:  # inputs found unusable while the timeline was built
