@@ -38,7 +38,9 @@ class CliInterrupted(CliError):
     """The user stopped the run (Ctrl-C, SIGTERM): what was done is said, but it is no error."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `only` (the command chosen: the others' modules
+    are then not imported, so that a command starts with what it uses alone)."""
     parser = argparse.ArgumentParser(
         prog="perfdiag",
         description="Find out why distributed PyTorch training is slow or stuck.",
@@ -47,13 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"perfdiag {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMANDS:
+    for module_name in COMMANDS if only is None else (only,):
         importlib.import_module(f"perfdiag.commands.{module_name}").add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         result: int = args.handler(args)
