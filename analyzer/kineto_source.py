@@ -7,7 +7,6 @@ identical to the one of a perfdiag capture.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from perfdiag.allocator import release_memory, system_allocator
 from perfdiag.analyzer.capture import Capture, empty_summary, normalize_summary
 from perfdiag.analyzer.collectives import collective_calls, empty_collectives
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
@@ -84,10 +84,12 @@ def _load(
     calls: list[pa.Table] = []  # one small table per rank
     unreadable: dict[int, str] = {}  # rank (from the file name) → why its trace was skipped
     say(f"importing {len(keys)} Kineto trace file(s) from {storage.uri}")
-    # One file per core at a time: the reader and the summary spend most of their time in
-    # DuckDB, Arrow and numpy, which release the GIL. Each file's events are dropped once it is
-    # summarized, so the memory is that of `workers` files, whatever the folder holds.
-    workers = max(1, min(len(keys), os.cpu_count() or 1))
+    # One file at a time: each file's events are dropped once it is summarized and its
+    # timeline events written, so the memory is that of one file, whatever the folder holds
+    # (two at a time, on two threads, held 35 MB more on two 35 MB traces and saved no time on
+    # a busy host: docs/benchmarks.md). The pool thread lets an error cancel the files not
+    # started yet.
+    workers = 1
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="perfdiag-kineto-"))
         pool = ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto")
@@ -144,6 +146,14 @@ def _load(
 def _import(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | str:
     """One trace file imported and summarized, the events the timeline shows of it written to
     `keep`; a string says why it was skipped."""
+
+    try:
+        return _import_file(storage, key, tmp, keep)
+    finally:
+        release_memory()  # what reading the trace freed, before the next one is read
+
+
+def _import_file(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | str:
     from perfdiag.analyzer.timeline import keep_timeline_events
     from perfdiag.breakdown import gpu_breakdown
     from perfdiag.kineto import TraceError, read_kineto
@@ -153,7 +163,9 @@ def _import(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | st
     path = local or tmp / key.replace("/", "_")
     if local is None:
         storage.get_file(key, path)
-    with same_columns():  # the import and the summary ask about the same columns
+    # The import and the summary ask about the same columns; their many short-lived buffers
+    # come from the C library's allocator, which release_memory() trims after each file.
+    with system_allocator(), same_columns():
         try:
             events, meta = read_kineto(path)
         except TraceError as exc:

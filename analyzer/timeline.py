@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc
-from isal import igzip
+from isal import isal_zlib
 
+from perfdiag.allocator import release_memory
 from perfdiag.storage import Storage, StorageNotFound, layout
 
 if TYPE_CHECKING:
@@ -58,12 +60,6 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
         out.extend(_process(rank))
         out.extend(_steps(analysis, rank, origin))
     out.extend(_collectives(analysis, set(shown), origin))
-    # The raw events (most of the file) are written as JSON text column by column; the rest
-    # as dicts by json.dumps. The parts join into the one list of traceEvents.
-    parts = [_json_items(out)]
-    if storage is not None:
-        parts.extend(_raw_events(analysis, storage, rank, origin) for rank in detailed)
-    parts.append(_json_items(_findings(analysis, origin)))
     doc = {
         "traceEvents": [],
         "displayTimeUnit": "ms",
@@ -76,11 +72,26 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
         },
     }
     head, tail = json.dumps(doc, separators=(",", ":")).split('"traceEvents":[]', 1)
-    events = ",".join(part for part in parts if part)
-    text = f'{head}"traceEvents":[{events}]{tail}'
+    # Written as it is made, into the compressor: the JSON text (15 MB for two 35 MB traces)
+    # is never held whole. The raw events (most of it) are formatted column by column, the
+    # rest by json.dumps; the parts are items of the one list of traceEvents (`out` is never
+    # empty: each shown rank has its process' names).
     # ISA-L's level 2: a tenth of zlib's level 6's time, a third larger (1.1 vs 0.84 MB for two
     # 35 MB traces): the file is written on every analysis and opened now and then.
-    return igzip.compress(text.encode(), compresslevel=2)
+    deflate = isal_zlib.compressobj(2, isal_zlib.DEFLATED, 31)  # 31: the gzip format
+    chunks: list[bytes] = []
+
+    def write(text: str | memoryview) -> None:
+        chunks.append(deflate.compress(text.encode() if isinstance(text, str) else text))
+
+    write(f'{head}"traceEvents":[{_json_items(out)}')
+    if storage is not None:
+        for rank in detailed:
+            _raw_events(analysis, storage, rank, origin, write)
+            release_memory()  # one rank's columns at a time
+    write(f",{_json_items(_findings(analysis, origin))}]{tail}")
+    chunks.append(deflate.flush())
+    return b"".join(chunks)
 
 
 def _shown_ranks(ranks: list[int], named: list[int]) -> list[int]:
@@ -207,12 +218,19 @@ def _raw_table(analysis: Analysis, storage: Storage, rank: int) -> pa.Table | No
         return None
 
 
-def _raw_events(analysis: Analysis, storage: Storage, rank: int, origin: int) -> str:
-    """The rank's raw events as Chrome-trace JSON objects joined by commas ("" when none),
-    formatted column by column: the same text `json.dumps` writes for each event's dict."""
+def _raw_events(
+    analysis: Analysis,
+    storage: Storage,
+    rank: int,
+    origin: int,
+    write: Callable[[str | memoryview], None],
+) -> None:
+    """Write the rank's raw events as Chrome-trace JSON objects, each after a comma (nothing
+    when it has none), formatted column by column: the text `json.dumps` writes for each
+    event's dict."""
     events = _raw_table(analysis, storage, rank)
     if events is None or events.num_rows == 0:
-        return ""
+        return
     stream = events["stream"].to_numpy(zero_copy_only=False)
     host_tid = pc.fill_null(events["tid"], 0).to_numpy()
     on_gpu = ~np.isnan(stream)  # NaN on the host
@@ -225,7 +243,7 @@ def _raw_events(analysis: Analysis, storage: Storage, rank: int, origin: int) ->
     ts_ns = np.asarray(events["ts_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
     dur_ns = np.asarray(events["dur_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
     objects = pc.binary_join_element_wise(
-        '{"ph":"X","cat":',
+        ',{"ph":"X","cat":',
         _json_strings(events["category"]),
         ',"name":',
         _json_strings(events["name"]),
@@ -238,8 +256,12 @@ def _raw_events(analysis: Analysis, storage: Storage, rank: int, origin: int) ->
         "}",
         "",
     )
+    offsets = np.frombuffer(objects.buffers()[1], dtype=np.int32)[: len(objects) + 1]
+    data = objects.buffers()[2]
+    assert data is not None and objects.offset == 0 and objects.null_count == 0
+    write(memoryview(data)[int(offsets[0]) : int(offsets[-1])])  # the texts, one after another
     lane_names = [_meta(rank, t, "thread_name", name) for t, name in sorted(lanes)]
-    return ",".join([*objects.to_pylist(), _json_items(lane_names)])
+    write(f",{_json_items(lane_names)}")
 
 
 def _json_strings(values: pa.ChunkedArray) -> pa.Array:
