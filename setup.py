@@ -1,5 +1,9 @@
 """The one thing pyproject.toml cannot say without an experimental setuptools table: the C
-extension, the fast Kineto reader's JSON scanner (the Python C API only; any C compiler)."""
+extension, the fast Kineto reader's JSON scanner (the Python C API only; any C compiler).
+
+It is optional: where it cannot be built (no C compiler, as in slim images), setuptools warns
+and the install goes on; perfdiag then reads traces with its general reader and says so once
+(perfdiag/kineto/native.py)."""
 
 from setuptools import Extension, setup
 
@@ -9,6 +13,7 @@ setup(
             "perfdiag.kineto._scan",
             sources=["perfdiag/kineto/_scan.c"],
             extra_compile_args=["-O2"],
+            optional=True,
         )
     ]
 )

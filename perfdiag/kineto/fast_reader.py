@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.kineto._scan import Scanner, Squeezer, prune
 from perfdiag.kineto.json_shape import ARGS, JSON_SCHEMA, TRACE_EVENTS_KEY, TS_TYPE
+from perfdiag.kineto.native import Scanner, Squeezer, prune
 from perfdiag.kineto.text import PIECE, PRUNED, pieces, squeezer
 
 if TYPE_CHECKING:

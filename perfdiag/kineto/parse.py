@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from perfdiag import taxonomy
 from perfdiag.allocator import system_allocator
+from perfdiag.kineto import native
 from perfdiag.kineto.fast_reader import read_stream
 from perfdiag.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.kineto.json_shape import TraceError
@@ -88,6 +89,9 @@ def load_trace(path: Path, *, fast: bool = True, piece: int = PIECE) -> RawTrace
 
 
 def _load(path: Path, fast: bool, piece: int) -> RawTrace:
+    if fast and not native.BUILT:
+        native.say_not_built()
+        fast = False
     result = read_stream(path, _COMM_CALL_PREFIXES, piece=piece) if fast else None
     decode: Callable[[int], Any]
     if result is not None:

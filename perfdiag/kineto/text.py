@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perfdiag.kineto._scan import Squeezer, prune
 from perfdiag.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceError, inflater
+from perfdiag.kineto.native import Squeezer, prune
 from perfdiag.limits import MAX_STRING_BYTES, MAX_TRACE_BYTES, size_text
 from perfdiag.regular_file import open_regular
 
