@@ -47,7 +47,6 @@ from perfdiag.analyzer.verdict import build_verdict
 from perfdiag.analyzer.workers import WorkerAccount, account_workers
 from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.verdict import Verdict
-from perfdiag.parquet_io import table_from_bytes
 from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
 
@@ -339,6 +338,8 @@ def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
         key = capture.hardware_keys.get(rank)
         if key is None:
             return None
+        from perfdiag.parquet_io import table_from_bytes
+
         try:
             return table_from_bytes(storage.get_bytes(key))
         except (StorageError, pa.ArrowException) as exc:
@@ -354,6 +355,8 @@ def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
         return None
 
     def read(rank: int) -> pa.Table | None:
+        from perfdiag.parquet_io import table_from_bytes
+
         key = layout.worker_key(rank, layout.EVENTS)
         try:
             return table_from_bytes(storage.get_bytes(key))

@@ -23,13 +23,11 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import TypeAdapter, ValidationError
 
 from perfdiag.analyzer.errors import CaptureError
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.limits import world_size_problem
-from perfdiag.process_pool import ProcessPoolError, map_in_processes
 from perfdiag.schema import (
     META_SCHEMA,
     META_WORKER,
@@ -140,6 +138,8 @@ def _fetch_all(
     width = storage.read_concurrency
     done = 0
     if storage.reads_are_cpu_work and width > 1 and len(ranks) >= PROCESS_MIN_WORKERS:
+        from perfdiag.process_pool import ProcessPoolError, map_in_processes
+
         size = PROCESS_BATCH_WORKERS
         tasks = [
             (storage, part, {r: by_rank[r] for r in part})
@@ -196,6 +196,8 @@ def empty_summary() -> pa.Table:
 
 
 def _decode(origin: str, data: bytes) -> pa.Table:
+    import pyarrow.parquet as pq  # here: a folder of Kineto traces reads no Parquet
+
     try:
         # A worker's summary is a few KB: decoded on this thread, Arrow's pool would cost more.
         return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
