@@ -16,6 +16,10 @@ the step count is sized from a 2-step probe), gzipped, written by perfdiag.testi
 into ~/.cache/perfdiag/bench-traces (kept for the next run). `--scaling` adds synthetic sets of
 2, 4 and `--ranks` ranks at `--mb`, and 2 ranks at twice `--mb`.
 
+`--before PYTHONPATH` adds a row for an older perfdiag run by the same console script (an export
+of its perfdiag/ with analyzer/, collector/ and operator/ linked inside it, and the built
+_scan extension copied in).
+
 Figures, each the lowest over the repetitions (runs interleaved, so that machine noise hits both
 tools alike): wall time from the start of the process to its exit; CPU time, user + system, of
 the process and every child it waited for (os.wait4); peak RSS, the largest resident set of any
@@ -58,11 +62,12 @@ if __name__ == "__main__":
 """
 
 
-def measure(command: list[str], cwd: str) -> dict[str, float]:
+def measure(command: list[str], cwd: str, pythonpath: str | None = None) -> dict[str, float]:
     """Run `command` to its end: wall s, CPU s (it and its children), max RSS MB of one
     process, peak summed PSS MB of its process tree."""
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
     start = time.perf_counter()
-    child = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, env=env)
     peak = 0.0
     done = threading.Event()
 
@@ -153,7 +158,7 @@ def compare(name: str, folder: Path, repeat: int, hta: str | None, tmp: Path) ->
         if samples:
             result[tool] = {key: min(s[key] for s in samples) for key in samples[0]}
     line = f"{name}: {files} ranks, {result['json_mb']:.0f} MB of JSON"
-    for tool in ("perfdiag", "HTA"):
+    for tool in ("perfdiag", "before", "HTA"):
         if tool in result:
             r = result[tool]
             line += (
@@ -182,6 +187,12 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50.0)
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--before",
+        metavar="PYTHONPATH",
+        help="also run the command with this PYTHONPATH first (an export of an older perfdiag, "
+        "its analyzer/collector/operator linked into its perfdiag/): a 'before' row",
+    )
     args = parser.parse_args()
     hta = None if args.no_hta else hta_python(args.hta_python)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores", flush=True)
