@@ -1,8 +1,10 @@
 """The parts of the C scanner (_scan.c) that the general reader needs, in Python: for an install
 without a C compiler, where the extension was not built (perfdiag.kineto.native).
 
-`Squeezer` is _scan.c's, step for step (the same text kept, the same stops, the same counts),
-its runs found by regular expressions. `prune` checks the nesting only (status 2 beyond
+`Squeezer` is _scan.c's, step for step (the same text kept, the same stops, the same counts):
+a stretch of whole tokens, blanks and strings is squeezed at once with numpy (the quotes that
+open and close strings found from the parity of the backslashes before them), the rest — a
+string over a piece's end, garbage, a cap — byte run by byte run as in C. `prune` checks the nesting only (status 2 beyond
 PRUNE_DEPTH levels) and blanks nothing: json.loads then builds every value of the file, which
 the readers ignore as they ignore blanked ones — more memory and time, the same table.
 """
@@ -23,6 +25,10 @@ _STRING_RUN = re.compile(rb'[^"\\]*')
 _TOKEN_RUN = re.compile(rb"[{}\[\],:0-9+\-.eEaflnrstuyINi]*")
 _BLANK_RUN = re.compile(rb"[ \t\n\r]*")
 _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_KIND = np.full(256, 3, dtype=np.uint8)  # 0 token, 1 blank, 2 quote, 3 anything else
+_KIND[list(_TOKEN)] = 0
+_KIND[list(_BLANK)] = 1
+_KIND[_QUOTE] = 2
 _BRACKETS = b"[]{}"
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in _BRACKETS)
 
@@ -49,6 +55,18 @@ class Squeezer:
         out: list[bytes] = []
         i = k = 0
         while i < n and self.stopped == GOING:
+            if not self.in_string and upto < 0 and self.limit >= n:
+                # No cap, and no string of this text can pass the limit: whole stretches at once.
+                end, kept, opened = _bulk(s, i, self.blank)
+                if end > i:
+                    if opened is not None:
+                        self.string_at = self.read + i + opened[0]
+                        self.string_kept = self.kept + k + opened[1]
+                    out.append(kept)
+                    k += len(kept)
+                    self.blank = s[end - 1] in _BLANK
+                    i = end
+                    continue
             if self.in_string:
                 j = _STRING_RUN.match(s, i + (1 if self.escape else 0)).end()  # type: ignore[union-attr]
                 run = j - i
@@ -113,6 +131,44 @@ class Squeezer:
         if into is not None:
             into += b"".join(out)
         return i
+
+
+def _bulk(s: bytes, start: int, blank: bool) -> tuple[int, bytes, tuple[int, int] | None]:
+    """Squeeze s[start:end], the longest stretch from `start` (outside strings) of whole
+    tokens, blanks and strings: (end, the bytes kept, the offsets — read and kept, from
+    `start` — of its last string's opening quote, None when it has none). `blank`: the byte
+    before was a blank kept."""
+    text = np.frombuffer(s, dtype=np.uint8, offset=start)
+    kind = _KIND[text]
+    quotes = np.flatnonzero(kind == 2)
+    if len(quotes):
+        # A quote after an odd run of backslashes is escaped: it neither opens nor closes.
+        position = np.arange(len(text))
+        last_other = np.maximum.accumulate(np.where(text != _BACKSLASH, position, -1))
+        before = np.where(quotes > 0, quotes - 1 - last_other[np.maximum(quotes - 1, 0)], 0)
+        quotes = quotes[before % 2 == 0]
+    marks = np.zeros(len(text), dtype=np.int64)
+    marks[quotes] = 1
+    inside = (np.cumsum(marks) % 2).astype(bool)  # from an opening quote to its closing one
+    bad = np.flatnonzero((kind == 3) & ~inside)  # garbage (backslashes too) outside strings
+    end = int(bad[0]) if len(bad) else len(text)
+    quotes = quotes[quotes < end]
+    if len(quotes) % 2:
+        end = int(quotes[-1])  # a string that does not end here: byte run by byte run
+        quotes = quotes[:-1]
+    if end == 0:
+        return start, b"", None
+    kind, inside = kind[:end], inside[:end]
+    blanks = (kind == 1) & ~inside
+    keep = ~blanks
+    keep[1:] |= blanks[1:] & ~blanks[:-1]  # the first blank of a run
+    keep[0] |= bool(blanks[0]) and not blank
+    kept = text[:end][keep].tobytes()
+    opened = None
+    if len(quotes):
+        last = int(quotes[-2])  # the last string's opening quote
+        opened = (last, int(np.count_nonzero(keep[:last])))
+    return start + end, kept, opened
 
 
 def prune(text: bytearray, event: bool = False) -> tuple[int, int, int]:
