@@ -251,7 +251,7 @@ def explain_excess(
             own,
         )
     if d_off >= 0.5 * excess_ms and d_off > d_run * dilation:
-        waited = _children_waited(cpu, i, peers, d_off, material_ms)
+        waited = _children_waited(cpu, i, peers, d_off)
         if waited is not None:
             return CpuCause("contended", excess_ms, evidence, waited)
         return CpuCause(
@@ -260,7 +260,7 @@ def explain_excess(
             evidence,
             f"its training thread was blocked (off-CPU: sleeping, I/O, a lock or a queue) "
             f"{d_off:.1f} ms/step longer than its peers', not computing"
-            + _children_computed(cpu, i, peers, material_ms),
+            + _children_computed(cpu, i, peers),
             own,
         )
     return CpuCause(
@@ -272,19 +272,36 @@ def explain_excess(
     )
 
 
-def _children_waited(
-    cpu: RankCpu, i: int, peers: NDArray[np.int64], d_off: float, material_ms: float
-) -> str | None:
+CHILDREN_MORE_RATIO = 1.25
+"""A rank's child processes computed more than its peers' when their CPU time is at least this
+many times the peers' median (and 0.5 ms/step more): DataLoader workers of one job do the same
+work per batch (within 1% of each other in the fault suite), and a slow worker does several
+times theirs, whatever the host's load makes of the step time."""
+
+
+def _children_extra_cpu(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> float:
+    """Rank i's child processes' CPU time per step over its peers' median, when it is more
+    than theirs (0 otherwise, or without children samples)."""
+    if cpu.children_cpu is None:
+        return 0.0
+    extra = _delta(cpu.children_cpu, i, peers)
+    reference = peer_median(cpu.children_cpu, peers)
+    if extra < 0.5 or extra < (CHILDREN_MORE_RATIO - 1.0) * reference:
+        return 0.0
+    return extra
+
+
+def _children_waited(cpu: RankCpu, i: int, peers: NDArray[np.int64], d_off: float) -> str | None:
     """Why a rank blocked longer than its peers is not named: its child processes (DataLoader
     workers, whose batches it waits for) waited for a CPU at least half that much longer,
-    without computing materially more than its peers' children. Which process waits for a
-    CPU longest is chance on a busy host. None otherwise, or without children samples."""
+    without computing more than its peers' children. Which process waits for a CPU longest
+    is chance on a busy host. None otherwise, or without children samples."""
     if cpu.children_cpu is None or cpu.children_wait is None:
         return None
-    d_child_run = _delta(cpu.children_cpu, i, peers)
     d_child_wait = _delta(cpu.children_wait, i, peers)
-    if d_child_wait < 0.5 * d_off or d_child_run >= material_ms:
+    if d_child_wait < 0.5 * d_off or _children_extra_cpu(cpu, i, peers) > 0:
         return None
+    d_child_run = _delta(cpu.children_cpu, i, peers)
     return (
         f"its training thread was blocked {d_off:.1f} ms/step longer than its peers', waiting "
         f"for its child processes (DataLoader workers), which waited {d_child_wait:.1f} ms/step "
@@ -293,15 +310,13 @@ def _children_waited(
     )
 
 
-def _children_computed(cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float) -> str:
-    """What its child processes computed more than its peers', when material."""
-    if cpu.children_cpu is None:
-        return ""
-    d_child_run = _delta(cpu.children_cpu, i, peers)
-    if d_child_run < material_ms:
+def _children_computed(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> str:
+    """What its child processes computed more than its peers', when they did."""
+    extra = _children_extra_cpu(cpu, i, peers)
+    if not extra:
         return ""
     return (
-        f"; its child processes (DataLoader workers) computed {d_child_run:.1f} ms/step longer "
+        f"; its child processes (DataLoader workers) computed {extra:.1f} ms/step longer "
         "than its peers'"
     )
 

@@ -71,6 +71,16 @@ def test_blocked_on_data_loader_workers_that_compute_more_is_named() -> None:
     assert "child processes (DataLoader workers) computed 21.0 ms/step longer" in cause.sentence
 
 
+def test_a_slow_data_loader_worker_is_named_however_long_a_busy_host_makes_the_step() -> None:
+    """At load 12 the step is 90 ms and 5% of it (4.5 ms) is more than the slow worker's extra
+    CPU time (4.3 ms/step on 2.6): its workers still computed more than its peers'."""
+    blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
+    slow_worker = with_children(blocked, [2.6, 2.6, 6.9, 2.6], [9.0, 8.0, 25.6, 9.5])
+    cause = explain_excess(slow_worker, 2, PEERS, 19.0, 4.5)
+    assert cause.kind == "blocked"
+    assert "child processes (DataLoader workers) computed 4.3 ms/step longer" in cause.sentence
+
+
 def test_a_busy_background_thread_is_threads() -> None:
     cause = explain_excess(
         cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2]),
