@@ -139,16 +139,21 @@ def shared_set(tmp: Path) -> Path:
     return folder
 
 
-def compare(name: str, folder: Path, repeat: int, hta: str | None, tmp: Path) -> dict[str, Any]:
+def compare(
+    name: str, folder: Path, repeat: int, hta: str | None, tmp: Path, before: str | None = None
+) -> dict[str, Any]:
     perfdiag = str(Path(sys.executable).with_name("perfdiag"))
     script = tmp / "hta_breakdown.py"
     script.write_text(HTA_SCRIPT)
-    runs: dict[str, list[dict[str, float]]] = {"perfdiag": [], "HTA": []}
+    runs: dict[str, list[dict[str, float]]] = {"perfdiag": [], "before": [], "HTA": []}
     for _ in range(repeat):
         out = tmp / "out"
         shutil.rmtree(out, ignore_errors=True)
         command = [perfdiag, "analyze", str(folder), "--out", str(out), "--quiet"]
         runs["perfdiag"].append(measure(command, cwd=str(tmp)))
+        if before is not None:
+            shutil.rmtree(out, ignore_errors=True)
+            runs["before"].append(measure(command, cwd=str(tmp), pythonpath=before))
         if hta is not None:
             # Outside the repository: its operator/ folder would shadow the standard library's.
             runs["HTA"].append(measure([hta, str(script), str(folder)], cwd=str(tmp)))
@@ -208,7 +213,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="perfdiag-bench-") as name:
         tmp = Path(name)
         for label, folder in sets:
-            results.append(compare(label, folder or shared_set(tmp), args.repeat, hta, tmp))
+            found = folder or shared_set(tmp)
+            results.append(compare(label, found, args.repeat, hta, tmp, args.before))
     print(f"load average {os.getloadavg()}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
