@@ -28,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 from perfdiag.analyzer.errors import CaptureError
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.limits import world_size_problem
+from perfdiag.process_pool import ProcessPoolError, map_in_processes
 from perfdiag.schema import (
     META_SCHEMA,
     META_WORKER,
@@ -138,8 +139,6 @@ def _fetch_all(
     width = storage.read_concurrency
     done = 0
     if storage.reads_are_cpu_work and width > 1 and len(ranks) >= PROCESS_MIN_WORKERS:
-        from perfdiag.process_pool import ProcessPoolError, map_in_processes
-
         size = PROCESS_BATCH_WORKERS
         tasks = [
             (storage, part, {r: by_rank[r] for r in part})
