@@ -199,14 +199,16 @@ def test_a_process_moved_into_a_cpu_limited_cgroup_is_followed() -> None:
 
 def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> None:
     """A rank whose DataLoader workers (child processes) compute: their CPU time is the
-    process's children's, and stays in the total once a worker has exited."""
+    process's children's, and stays in the total once a worker has exited. Each worker burns
+    a fixed 0.3 s of CPU time (not of wall time: the same however busy the host is), then
+    idles long enough for the sampler to read it, then exits."""
     import subprocess
     import sys
 
     code = (
         "import subprocess, sys, time\n"
         "sys.stdin.readline()\n"  # started once the sampler runs
-        "busy = 'import time\\nend = time.time() + 0.6\\nwhile time.time() < end: pass'\n"
+        "busy = 'import time\\nwhile time.process_time() < 0.3: pass\\ntime.sleep(0.5)'\n"
         "workers = [subprocess.Popen([sys.executable, '-c', busy]) for _ in range(2)]\n"
         "for w in workers: w.wait()\n"
         "time.sleep(0.3)\n"
@@ -219,14 +221,13 @@ def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> No
         assert rank.stdin is not None
         rank.stdin.write("\n")
         rank.stdin.flush()
-        rank.wait(timeout=30)
+        rank.wait(timeout=60)
     finally:
         sampler.stop()
         rank.kill()
     series = {(s.metric, s.device): s for s in sampler.samples()}
     run = list(series[("children_cpu_run_ns", "rank0")].values)
-    wait = list(series[("children_runqueue_wait_ns", "rank0")].values)
-    # Two workers busy 0.6 s each on 2 cores: most of 1.2 s of CPU, the rest run-queue wait.
-    assert run[-1] - run[0] + wait[-1] - wait[0] > 0.6e9
-    assert run[-1] - run[0] > 0.3e9
+    assert ("children_runqueue_wait_ns", "rank0") in series
+    # Two workers of at least 0.3 s of CPU each, both gone before the last sample.
+    assert run[-1] - run[0] >= 0.55e9
     assert all(b >= a for a, b in itertools.pairwise(run))
