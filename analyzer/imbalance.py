@@ -6,7 +6,8 @@ Per step and peer group, from each rank's training-thread CPU time (`HostUsage.m
 run-queue wait is not work), when the samples are fine enough to tell steps apart: the job loses the slowest rank's time over the median rank's. An
 `imbalance` finding is reported when that loss averages at least `MIN_LOSS` of the step, the
 spread shows in most steps, and no single rank is the slowest in most of them (that rank would
-be a slow worker, judged elsewhere).
+be a slow worker, judged elsewhere); on a host with more runnable threads than cores, the
+slowest rank's work must also be `MIN_SHARED_HOST_SPREAD` over the median rank's.
 """
 
 from __future__ import annotations
