@@ -17,8 +17,8 @@ COPY perfdiag ./perfdiag
 COPY operator ./operator
 COPY collector ./collector
 COPY analyzer ./analyzer
-# The hook folder is made from /, not /src: there the source's operator/ folder would shadow
-# the standard library's operator module.
+# The hook folder is made from /: in /src, the source's perfdiag/ (without the component
+# folders) would come first on sys.path.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
  && pip install --no-cache-dir --no-deps --target /tmp/pd /wheels/perfdiag-*.whl \
  && cd / && PYTHONPATH=/tmp/pd python -c "from pathlib import Path; from perfdiag.collector.hookdir import materialize; materialize(Path('/hook'))"
@@ -33,9 +33,7 @@ LABEL org.opencontainers.image.title="perfdiag" \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
-# perfdiag.testing (the test suite's control plane and kubelet) is not for the image.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
- && python -c "import pathlib, shutil, perfdiag; shutil.rmtree(pathlib.Path(perfdiag.__file__).parent / 'testing')" \
  && groupadd --gid 10001 perfdiag \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp perfdiag
 # World-readable: the init container copies it into an emptyDir under the pod's own user.

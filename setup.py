@@ -3,15 +3,15 @@ extension, the fast Kineto reader's JSON scanner (the Python C API only; any C c
 
 It is optional: where it cannot be built (no C compiler, as in slim images), setuptools warns
 and the install goes on; perfdiag then reads traces with its general reader and says so once
-(perfdiag/kineto/native.py)."""
+(perfdiag/engine/kineto/native.py)."""
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension(
-            "perfdiag.kineto._scan",
-            sources=["perfdiag/kineto/_scan.c"],
+            "perfdiag.engine.kineto._scan",
+            sources=["perfdiag/engine/kineto/_scan.c"],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -3,51 +3,55 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from perfdiag.analyzer.capture import Capture, load_capture
-from perfdiag.analyzer.collective_findings import (
+from perfdiag.analyzer.compare.collectives import analyze_collectives
+from perfdiag.analyzer.compare.features import Features, StepTimes, build_features
+from perfdiag.analyzer.compare.outliers import Deviations, compare_peers
+from perfdiag.analyzer.compare.peers import PeerGroups, RoleAssigner, by_collectives
+from perfdiag.analyzer.errors import NoCaptureError
+from perfdiag.analyzer.findings.collective_findings import (
     annotate_slow_workers,
     slow_link_findings,
     without_explained_waiting,
 )
-from perfdiag.analyzer.collectives import CollectiveAnalysis, analyze_collectives
-from perfdiag.analyzer.compare import Deviations, compare_peers
-from perfdiag.analyzer.contention import CpuWait, cpu_wait, without_chance_cpu_anomalies
-from perfdiag.analyzer.cpu_cause import RankCpu, host_note, rank_cpu
-from perfdiag.analyzer.errors import NoCaptureError
-from perfdiag.analyzer.features import Features, StepTimes, build_features
-from perfdiag.analyzer.findings import (
-    Reported,
+from perfdiag.analyzer.findings.fusion import Fusion, fuse
+from perfdiag.analyzer.findings.imbalance import imbalance_findings
+from perfdiag.analyzer.findings.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
+from perfdiag.analyzer.findings.nodes import slow_node_findings
+from perfdiag.analyzer.findings.reported import (
     communication_findings,
     hang_findings,
     hardware_findings,
     range_findings,
     slow_worker_findings,
 )
-from perfdiag.analyzer.fusion import Fusion, fuse
-from perfdiag.analyzer.hardware import (
+from perfdiag.analyzer.findings.rules import check_expected_ranges
+from perfdiag.analyzer.findings.throttle import HardwareReader, with_throttle_reasons
+from perfdiag.analyzer.load.capture import Capture, load_capture
+from perfdiag.analyzer.load.workers import account_workers
+from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.report.verdict import build_verdict
+from perfdiag.analyzer.signals.contention import CpuWait, cpu_wait, without_chance_cpu_anomalies
+from perfdiag.analyzer.signals.cpu_cause import RankCpu, host_note, rank_cpu
+from perfdiag.analyzer.signals.hardware import (
     ResourceAnomaly,
     resource_anomalies,
     without_shared_host_resources,
 )
-from perfdiag.analyzer.host_usage import cpu_wait_matrix
-from perfdiag.analyzer.imbalance import imbalance_findings
-from perfdiag.analyzer.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
-from perfdiag.analyzer.nodes import slow_node_findings
-from perfdiag.analyzer.peers import PeerGroups, RoleAssigner, by_collectives
-from perfdiag.analyzer.rules import RangeViolation, check_expected_ranges
+from perfdiag.analyzer.signals.host_usage import cpu_wait_matrix
+from perfdiag.analyzer.signals.user_frame import (
+    EventsReader,
+    excess_frame,
+    is_user_frame,
+    user_frame,
+)
 from perfdiag.analyzer.thresholds import Thresholds
-from perfdiag.analyzer.throttle import HardwareReader, with_throttle_reasons
-from perfdiag.analyzer.user_frame import EventsReader, excess_frame, is_user_frame, user_frame
-from perfdiag.analyzer.verdict import build_verdict
-from perfdiag.analyzer.workers import WorkerAccount, account_workers
 from perfdiag.api.breakdown import Breakdown
+from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.verdict import Verdict
-from perfdiag.schema import WorkerMeta
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
 
 Progress = Callable[[str], None]
@@ -63,27 +67,6 @@ KIND_ORDER = {
 }
 FEATURE_FLOOR_SHARE = 0.5
 """Functions are kept dense when their β reaches this share of the materiality threshold."""
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """Everything the verdict and the report are made from."""
-
-    capture: Capture
-    thresholds: Thresholds
-    account: WorkerAccount
-    steps: StepTimes
-    features: Features
-    groups: PeerGroups
-    deviations: Deviations
-    anomalies: list[ResourceAnomaly]
-    fusion: Fusion
-    violations: list[RangeViolation]
-    reported: list[Reported]
-    below_threshold: list[Reported]
-    has_gpu: bool
-    verdict: Verdict
-    collectives: CollectiveAnalysis | None = None
 
 
 def analyze_capture(
@@ -203,7 +186,7 @@ def _name_user_frames(
     read_events: EventsReader,
     notes: list[str],
 ) -> None:
-    """The user's frame behind each culprit's excess (analyzer/user_frame.py): the frame whose
+    """The user's frame behind each culprit's excess (analyzer/signals/user_frame.py): the frame whose
     inclusive time exceeds a typical peer's by most of the excess, else, for a Python
     contributor that is not the user's code, the frame inside or around it."""
     named = {w.position for w in fusion.slow}
@@ -297,11 +280,11 @@ def run_analysis(
             read_hardware=_hardware_reader(storage, capture),
             read_events=_events_reader(storage, capture),
         )
-        from perfdiag.analyzer.report import render_report
+        from perfdiag.analyzer.report.html import render_report
 
         target = out or storage
         target.put_text(layout.REPORT, render_report(analysis))
-        from perfdiag.analyzer.timeline import build_timeline
+        from perfdiag.analyzer.report.timeline import build_timeline
 
         target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
     finally:
@@ -338,7 +321,7 @@ def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
         key = capture.hardware_keys.get(rank)
         if key is None:
             return None
-        from perfdiag.parquet_io import table_from_bytes
+        from perfdiag.engine.parquet_io import table_from_bytes
 
         try:
             return table_from_bytes(storage.get_bytes(key))
@@ -355,7 +338,7 @@ def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
         return None
 
     def read(rank: int) -> pa.Table | None:
-        from perfdiag.parquet_io import table_from_bytes
+        from perfdiag.engine.parquet_io import table_from_bytes
 
         key = layout.worker_key(rank, layout.EVENTS)
         try:

@@ -12,7 +12,7 @@ folder, in one run — wall time, CPU time of the process and its children, peak
 
 Sets: `shared`, the two largest shared HTA traces (trace_diff control + test: 35 + 33 MB of
 JSON, gzipped) as ranks 0 and 1; `synthetic`, `--ranks` ranks of `--mb` MB of JSON each (about:
-the step count is sized from a 2-step probe), gzipped, written by perfdiag.testing.synthetic_trace
+the step count is sized from a 2-step probe), gzipped, written by perfdiag_testing.synthetic_trace
 into ~/.cache/perfdiag/bench-traces (kept for the next run). `--scaling` adds synthetic sets of
 2, 4 and `--ranks` ranks at `--mb`, and 2 ranks at twice `--mb`.
 
@@ -110,7 +110,7 @@ def synthetic(ranks: int, mb: float) -> Path:
     folder = CACHE / f"r{ranks}-mb{mb:g}"
     if (folder / "done").exists():
         return folder
-    from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+    from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
     layers = 48
     with tempfile.TemporaryDirectory() as probe:
@@ -155,7 +155,6 @@ def compare(
             shutil.rmtree(out, ignore_errors=True)
             runs["before"].append(measure(command, cwd=str(tmp), pythonpath=before))
         if hta is not None:
-            # Outside the repository: its operator/ folder would shadow the standard library's.
             runs["HTA"].append(measure([hta, str(script), str(folder)], cwd=str(tmp)))
     files = len(list(folder.glob("*.json.gz")))
     result: dict[str, Any] = {"set": name, "ranks": files, "json_mb": json_mb(folder)}

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hta_env import SHARED_TRACES
 
-from perfdiag.critical_path import critical_path
-from perfdiag.kineto import read_kineto
-from perfdiag.schema import WindowMeta, WorkerMeta
-from perfdiag.summary import summarize
+from perfdiag.api.schema import WindowMeta, WorkerMeta
+from perfdiag.engine.critical_path import critical_path
+from perfdiag.engine.kineto import read_kineto
+from perfdiag.engine.summary import summarize
 
 TRACE = SHARED_TRACES / "trace_diff" / "control" / "control.json.gz"
 

@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 
 from perfdiag.analyzer.pipeline import analyze_capture
-from perfdiag.analyzer.report import render_report
+from perfdiag.analyzer.report.html import render_report
+from perfdiag.api.schema import SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, WorkerMeta, with_meta
 from perfdiag.api.verdict import Verdict
-from perfdiag.parquet_io import table_to_bytes
-from perfdiag.schema import SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, WorkerMeta, with_meta
+from perfdiag.engine.parquet_io import table_to_bytes
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 from tests.analyzer.conftest import Fault, SyntheticJob, capture_of, write_capture

@@ -1,5 +1,5 @@
 """Print the synthetic GPU fault matrix (docs/analysis.md): each scenario of
-perfdiag.testing.fault_matrix written as Kineto traces and run through `analyze()`, over a few
+perfdiag_testing.fault_matrix written as Kineto traces and run through `analyze()`, over a few
 seeds; one Markdown row per scenario with what the top finding says.
 
     python benchmarks/fault_matrix.py --seeds 0 1 2
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from perfdiag.analyzer import analyze
-from perfdiag.testing.fault_matrix import scenarios
+from perfdiag_testing.fault_matrix import scenarios
 
 
 def main() -> None:

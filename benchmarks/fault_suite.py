@@ -2,13 +2,13 @@
 
     python benchmarks/fault_suite.py --repeat 3 --load both --out /tmp/fault-suite
 
-Each class of perfdiag/testing/fault_suite.py (a DDP job over gloo on CPU, 2–4 ranks) runs
+Each class of tests/support/perfdiag_testing/fault_suite.py (a DDP job over gloo on CPU, 2–4 ranks) runs
 `--repeat` times as a user runs it — `perfdiag run --nproc-per-node N --out DIR -- fault_job.py
 --fault CLASS …` in a fresh process — quiet and/or beside a noisy neighbour (`--load`: one
 busy process per core, started by the suite for the duration of the loaded runs). The table
 gives, per class and load, runs right / runs, and the healthy classes' false alarms. A run is
 right when every culprit rank is named (no other), each with an allowed category and, where
-the class injects it in a named user function, that function (perfdiag/testing/fault_suite.py
+the class injects it in a named user function, that function (tests/support/perfdiag_testing/fault_suite.py
 `judge`). The captures stay in --out: `perfdiag analyze DIR` re-analyses any of them.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from perfdiag.testing.fault_suite import BY_NAME, CLASSES, Outcome, reanalyze, run_class
+from perfdiag_testing.fault_suite import BY_NAME, CLASSES, Outcome, reanalyze, run_class
 
 
 def _burn(deadline: float) -> None:

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from perfdiag.api.schema import WindowMeta, WorkerMeta
 from perfdiag.collector.hardware import (
     FAST_S,
     HardwareSampler,
@@ -30,8 +31,7 @@ from perfdiag.collector.hardware import (
     hardware_table,
     worker_series,
 )
-from perfdiag.parquet_io import table_to_bytes
-from perfdiag.schema import WindowMeta, WorkerMeta
+from perfdiag.engine.parquet_io import table_to_bytes
 
 
 def spin(stop: Any) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch.autograd.profiler import record_function
 
-from perfdiag.collector.hook_profiler import EXPORT_KINETO_SAVE, ProfilerSession
+from perfdiag.collector.hook.profiler import EXPORT_KINETO_SAVE, ProfilerSession
 
 
 def make_training() -> Callable[[], None]:

@@ -29,8 +29,8 @@ import pyarrow as pa
 from hta_env import SHARED_TRACES, hta_python
 
 from perfdiag.api.breakdown import RankBreakdown
-from perfdiag.breakdown import gpu_breakdown
-from perfdiag.kineto import load_trace, read_kineto
+from perfdiag.engine.breakdown import gpu_breakdown
+from perfdiag.engine.kineto import load_trace, read_kineto
 
 # HTA parses ranks in worker processes: the script must be a file with a main guard.
 HTA_CHILD = """

@@ -35,8 +35,6 @@ def hta_python(explicit: str | None = None, *, create: bool = True) -> str:
         subprocess.run(
             [str(python), "-m", "pip", "install", "-q", f"HolisticTraceAnalysis=={HTA_VERSION}"],
             check=True,
-            cwd="/",  # `-m` puts the working directory first: the repository's operator/ would
-            # shadow the standard library's operator module
         )
     _check(str(python))
     return str(python)
@@ -44,9 +42,8 @@ def hta_python(explicit: str | None = None, *, create: bool = True) -> str:
 
 def _check(python: str) -> None:
     code = "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"
-    # Run outside the repository: its `operator/` folder would shadow the standard library's.
     found = subprocess.run(
-        [python, "-c", code], capture_output=True, text=True, cwd="/", check=False
+        [python, "-c", code], capture_output=True, text=True, check=False
     ).stdout.strip()
     if found != HTA_VERSION:
         sys.exit(

@@ -8,7 +8,7 @@ two shared HTA traces of benchmarks/kineto_ingest.py. Per file, the lowest CPU t
 repetitions of:
 
 - `scanner`: perfdiag's fast reader, gzip file → Arrow columns of the complete events
-  (`perfdiag.kineto.fast_reader.read_stream`);
+  (`perfdiag.engine.kineto.fast_reader.read_stream`);
 - `json.loads`, `orjson.loads`: JSON text → Python objects of the whole document;
 - `msgspec typed`: JSON text → msgspec Structs of the fields the reader keeps (ph cat name pid
   tid ts dur and args), other fields skipped by the decoder.
@@ -68,8 +68,8 @@ print(json.dumps(out))
 
 
 def scanner(path: Path, repeat: int) -> float:
-    from perfdiag.kineto.fast_reader import read_stream
-    from perfdiag.kineto.parse import _COMM_CALL_PREFIXES
+    from perfdiag.engine.kineto.fast_reader import read_stream
+    from perfdiag.engine.kineto.parse import _COMM_CALL_PREFIXES
 
     best = float("inf")
     for _ in range(repeat):

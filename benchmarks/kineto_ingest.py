@@ -66,9 +66,9 @@ OURS_CHILD = (
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from perfdiag.kineto import read_kineto
-from perfdiag.summary import summarize
-from perfdiag.taxonomy import same_columns
+from perfdiag.engine.kineto import read_kineto
+from perfdiag.engine.summary import summarize
+from perfdiag.api.taxonomy import same_columns
 # Imported on first use (numpy.ma and dateutil by pyarrow, on the first array made from numpy
 # and the first Python scalar): before the clock, as HTA's imports (pandas) already hold them.
 import dateutil.relativedelta, numpy.ma
@@ -216,7 +216,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for label, mode, what in cases:
                 command = [sys.executable, "-c", OURS_CHILD, mode, what, *files]
-                # Outside the repository: its folders would shadow installed modules.
+                # Outside the repository: its perfdiag/ folder would be found before the installed one.
                 runs.setdefault(label, []).append(measure(command, cwd=folder))
             if python is not None:
                 hta = [python, str(script), folder]

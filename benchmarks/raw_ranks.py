@@ -1,6 +1,6 @@
 """Raw analysis of many synthetic GPU ranks, streamed (issue 4, deliverable 6).
 
-Writes N ranks of Kineto traces (perfdiag.testing.synthetic_trace, one straggler), then runs
+Writes N ranks of Kineto traces (perfdiag_testing.synthetic_trace, one straggler), then runs
 `perfdiag.analyzer.analyze` on the folder with progress shown, and prints wall time, peak
 memory (ru_maxrss) and the verdict. Files are imported and summarized one at a time, so the
 peak memory stays that of one trace plus the small per-rank summaries and collective calls.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from perfdiag.analyzer import analyze
-from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
 
 def main() -> None:

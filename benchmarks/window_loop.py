@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from perfdiag.demo.train import SyntheticDataset, build_model
-from perfdiag.demo.train import parse_args as demo_args
+from perfdiag.local.demo.train import SyntheticDataset, build_model
+from perfdiag.local.demo.train import parse_args as demo_args
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdiag.runner import training_env
+from perfdiag.local.runner import training_env
 
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "window_loop.py"

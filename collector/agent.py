@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfdiag.api.worker import BlockedIn, WorkerPhase, WorkerStatus
-from perfdiag.collector import spool
+from perfdiag.collector.hook import spool
 from perfdiag.storage import Storage, StorageError, layout, open_storage
 
 if TYPE_CHECKING:
@@ -67,15 +67,15 @@ def process_window(
     `hardware`: this worker's samples (collector/hardware.py `worker_series`) taken during the
     window: written as hardware.parquet, and the summary gets each function's governing
     resource μ/σ from them."""
-    from perfdiag.analyzer.hardware_samples import with_resources
-    from perfdiag.analyzer.host_usage import host_usage
+    from perfdiag.api.schema import SUMMARY_SCHEMA_ID, with_meta
+    from perfdiag.api.taxonomy import same_columns
     from perfdiag.collector.hardware import hardware_table, within
-    from perfdiag.kineto import TraceError
-    from perfdiag.kineto.hook_window import read_hook_window, step_counters_ms
-    from perfdiag.parquet_io import table_to_bytes
-    from perfdiag.schema import SUMMARY_SCHEMA_ID, with_meta
-    from perfdiag.summary import summarize
-    from perfdiag.taxonomy import same_columns
+    from perfdiag.collector.window_reader import read_hook_window, step_counters_ms
+    from perfdiag.engine.hardware_samples import with_resources
+    from perfdiag.engine.host_usage import host_usage
+    from perfdiag.engine.kineto import TraceError
+    from perfdiag.engine.parquet_io import table_to_bytes
+    from perfdiag.engine.summary import summarize
 
     folder = spool.window_dir(spool_dir, rank, plan_id)
     hook = spool.read_json(folder / spool.HOOK_META)
@@ -494,7 +494,7 @@ def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | 
 def _plan_file_id(plan_file: Path) -> str | None:
     """The id of the plan in the plan file: a plan JSON file, or the downward-API annotations
     file of a pod (where the plan is the annotation perfdiag.io/plan), as the hook reads it."""
-    from perfdiag.collector.hook_plan import PlanError, plan_json
+    from perfdiag.collector.hook.plan import PlanError, plan_json
 
     try:
         text = plan_json(plan_file.read_bytes())

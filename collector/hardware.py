@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from perfdiag.schema import HARDWARE_SCHEMA, HARDWARE_SCHEMA_ID, WorkerMeta, with_meta
+from perfdiag.api.schema import HARDWARE_SCHEMA, HARDWARE_SCHEMA_ID, WorkerMeta, with_meta
 
 log = logging.getLogger("perfdiag.agent")
 

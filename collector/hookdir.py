@@ -14,28 +14,20 @@ from pathlib import Path
 import perfdiag
 
 COLLECTOR = Path(__file__).resolve().parent
-# The modules the hook imports; tests/collector_hook/test_hookdir.py checks nothing else is
-# needed (it runs the hook from the folder with every other package import blocked).
-HOOK_MODULES = (
-    "__init__.py",
-    "spool.py",
-    "hook.py",
-    "hook_imports.py",
-    "hook_plan.py",
-    "hook_profiler.py",
-    "hook_stacks.py",
-    "hook_window.py",
-)
+# The hook is one package, copied whole; tests/collector_hook/test_hookdir.py checks nothing
+# else is needed (it runs the hook from the folder with every other package import blocked).
+HOOK = COLLECTOR / "hook"
 
 
 def hook_files() -> dict[str, Path]:
     """Relative path in the hook folder → source file."""
     files = {
-        "sitecustomize.py": COLLECTOR / "sitecustomize.py",
+        "sitecustomize.py": HOOK / "sitecustomize.py",
         "perfdiag/__init__.py": Path(perfdiag.__file__).resolve(),
+        "perfdiag/collector/__init__.py": COLLECTOR / "__init__.py",
     }
-    for name in HOOK_MODULES:
-        files[f"perfdiag/collector/{name}"] = COLLECTOR / name
+    for source in sorted(HOOK.glob("*.py")):
+        files[f"perfdiag/collector/hook/{source.name}"] = source
     return files
 
 

@@ -6,11 +6,11 @@
   Analyzing ──Job done──▶ Succeeded (Ready=True, status.verdict) | Failed (Stalled=True)
   Capturing ──the pods gone before any rank began its window──▶ Failed (EndedBeforeWindow)
 
-While capturing, workers whose step stops advancing (perfdiag.stall) get a `stacks` plan; their
+While capturing, workers whose step stops advancing (perfdiag.api.stall) get a `stacks` plan; their
 dumps are copied into the capture before the analyzer runs (a hang verdict).
 
 With spec.trigger, a `watch` plan goes first: the hooks report their mean step time over the
-rule's steps, the agents upload it with their status, and the slowdown rule (perfdiag.slowdown,
+rule's steps, the agents upload it with their status, and the slowdown rule (perfdiag.api.slowdown,
 its state kept in status.watch) judges the job's slowest rank at every pass. When it fires, the
 capture plan begins at a step ahead of the ranks (`start_step`: every rank captures the same
 steps, whenever its downward-API file shows the plan), and what fired is written into the
@@ -49,6 +49,14 @@ from perfdiag.api.diagnosis import (
     WorkersStatus,
 )
 from perfdiag.api.plan import Plan, start_step_ahead
+from perfdiag.api.slowdown import StepReport, Track, advance_job, job_report
+from perfdiag.api.stall import (
+    DEFAULT_MIN_S,
+    DEFAULT_STEP_FACTOR,
+    StallPolicy,
+    progress_from_mapping,
+    stuck_ranks,
+)
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
@@ -60,14 +68,6 @@ from perfdiag.operator.settings import (
     PREFIX,
 )
 from perfdiag.operator.status import READY, RECONCILING, STALLED, Desired, Event, merge_conditions
-from perfdiag.slowdown import StepReport, Track, advance_job, job_report
-from perfdiag.stall import (
-    DEFAULT_MIN_S,
-    DEFAULT_STEP_FACTOR,
-    StallPolicy,
-    progress_from_mapping,
-    stuck_ranks,
-)
 from perfdiag.storage import layout
 
 DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagnosis wrote it
@@ -632,7 +632,7 @@ def _still_watching(
 
 
 def stall_policy(spec: PerfDiagnosisSpec) -> StallPolicy:
-    """The analyzer's stuck rule (perfdiag.stall) with the diagnosis' thresholds; the analyzer
+    """The analyzer's stuck rule (perfdiag.api.stall) with the diagnosis' thresholds; the analyzer
     Job gets the same thresholds, so both call the same ranks stuck."""
     analysis = spec.analysis
     return StallPolicy(

@@ -29,6 +29,7 @@ from perfdiag.api.diagnosis import (
     Target,
 )
 from perfdiag.api.trigger import Slowdown
+from perfdiag.api.validation import validation_problems
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
@@ -62,7 +63,6 @@ from perfdiag.operator.status import (
 )
 from perfdiag.operator.targets import describe, is_live, pod_selector
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
-from perfdiag.validation import validation_problems
 
 log = logging.getLogger("perfdiag.operator")
 

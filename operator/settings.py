@@ -20,7 +20,7 @@ import kopf
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from perfdiag import __version__
-from perfdiag.validation import validation_problems
+from perfdiag.api.validation import validation_problems
 
 PREFIX = "perfdiag.io"
 FINALIZER = f"{PREFIX}/finalizer"

@@ -21,7 +21,7 @@ log() { echo "[setup] $*" >&2; }
 
 python=${PERFDIAG_PYTHON:-python3}
 # Python always runs isolated here (-I): the current folder, the repository root, must not be on
-# sys.path, where its operator/ folder would shadow the standard library's operator module.
+# sys.path, where its perfdiag/ folder (without the component folders) would be found first.
 if ! "$python" -I -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
   log "error: $python is missing or older than Python 3.10; set PERFDIAG_PYTHON"
   exit 1
@@ -50,9 +50,16 @@ PY
 venv=${PERFDIAG_VENV:-$HOME/.cache/perfdiag/venv-$key}
 mkdir -p "$(dirname "$venv")"
 
+# The installed package is a tree of links to this checkout's files (setuptools' strict editable
+# mode: the component folders map into perfdiag/, and operator/ is a namespace folder, which
+# the lenient mode's import hook cannot resolve): a file added or removed makes a new one.
+package_files() {
+  find perfdiag operator collector analyzer -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort
+}
+
 # This checkout's own environment: named by the shared one and by what the install builds, so
 # that a change to either makes a new one beside the old and swaps the `.venv` link to it.
-own=.venv-$( (echo "$venv"; cat pyproject.toml setup.py perfdiag/kineto/_scan.c) | sha256sum | cut -c1-12)
+own=.venv-$( (echo "$venv"; cat pyproject.toml setup.py scripts/setup.sh perfdiag/engine/kineto/_scan.c; package_files) | sha256sum | cut -c1-12)
 
 # The shared environment's packages: the dependencies and the dev extra, never perfdiag itself
 # (a checkout's code is installed only into that checkout's environment).
@@ -79,11 +86,16 @@ build_own() {
   "$venv/bin/python" -I -m venv --without-pip "$dir"
   sp=$(site_packages "$dir")
   echo "import site; site.addsitedir('$(site_packages "$venv")')" >"$sp/perfdiag-shared-deps.pth"
+  # The suite's support package (test kubelet, servers, synthetic traces): development only.
+  # And perfdiag imported from the installed tree at start-up: `python -m`/`-c` in the
+  # repository root put the root first on sys.path, where perfdiag/ lacks the component folders.
+  printf '%s\nimport perfdiag\n' "$root/tests/support" >"$sp/perfdiag-dev.pth"
   # The build rewrites the extension in place: give running processes' mapped copy its own inode.
-  for so in perfdiag/kineto/_scan.*.so; do
+  for so in perfdiag/engine/kineto/_scan.*.so; do
     [ -f "$so" ] && cp -p "$so" "$so.tmp" && mv -f "$so.tmp" "$so"
   done
-  "$dir/bin/python" -I -m pip install --quiet --no-deps --no-build-isolation -e "$root" >&2
+  "$dir/bin/python" -I -m pip install --quiet --no-deps --no-build-isolation \
+    --config-settings editable_mode=strict -e "$root" >&2
   for src in "$venv"/bin/*; do
     name=$(basename "$src")
     case "$name" in python* | activate* | Activate.ps1 | perfdiag) continue ;; esac
@@ -99,9 +111,9 @@ build_own() {
   grep -rlI -- "$root/$dir" "$dir/bin" | xargs -r sed -i "s|$root/$dir|$root/.venv|g"
   "$dir/bin/python" -I - "$root" <<'PY'
 import os, sys
-import perfdiag, perfdiag.analyzer, perfdiag.kineto._scan
+import perfdiag, perfdiag.analyzer, perfdiag.engine.kineto._scan
 root = sys.argv[1]
-for module in (perfdiag, perfdiag.analyzer, perfdiag.kineto._scan):
+for module in (perfdiag, perfdiag.analyzer, perfdiag.engine.kineto._scan):
     if not os.path.realpath(module.__file__).startswith(root + os.sep):
         sys.exit(f"[setup] error: {module.__name__} resolves to {module.__file__}, outside {root}")
 PY

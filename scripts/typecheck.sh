@@ -16,4 +16,5 @@ for component in operator collector analyzer; do
   ln -sfn "$root/$component" "$mirror/perfdiag/$component"
 done
 cd "$mirror"
-exec "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" --strict -p perfdiag
+ln -sfn "$root/tests/support/perfdiag_testing" perfdiag_testing
+exec "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" --strict -p perfdiag -p perfdiag_testing

@@ -1,10 +1,10 @@
 """Session fixtures of the real control plane (DESIGN.md §6); see docs/testing.md.
 
-- `kube_cluster`: etcd + kube-apiserver on loopback, admin kubeconfig (perfdiag.testing.kube).
+- `kube_cluster`: etcd + kube-apiserver on loopback, admin kubeconfig (perfdiag_testing.kube).
 - `minio_server`: MinIO on loopback with generated credentials and a fresh bucket.
 - `s3_prefix`: a fresh `s3://bucket/<random>` URI per test; `kube_namespace`: a fresh namespace.
 - `perfdiag_image`: the image built from the Dockerfile with buildah on a local Debian base
-  (perfdiag.testing.image), and its root filesystem. A build that fails FAILS the tests using
+  (perfdiag_testing.image), and its root filesystem. A build that fails FAILS the tests using
   it (never a skip); its name, size and build time are printed at the end.
 
 Tests using them are marked `cluster` automatically (and should say so with
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from perfdiag.testing.binaries import BinariesMissing, find_bin_dir
-from perfdiag.testing.image import BuiltImage, ImageBuildFailed, build_image
-from perfdiag.testing.kube import KubeCluster, start_kube_cluster
-from perfdiag.testing.minio_server import MinioServer, start_minio
+from perfdiag_testing.binaries import BinariesMissing, find_bin_dir
+from perfdiag_testing.image import BuiltImage, ImageBuildFailed, build_image
+from perfdiag_testing.kube import KubeCluster, start_kube_cluster
+from perfdiag_testing.minio_server import MinioServer, start_minio
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SKIP_VARIABLE = "PERFDIAG_SKIP_CLUSTER_TESTS"

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WHERE = (
-    "import os, perfdiag, perfdiag.analyzer, perfdiag.kineto._scan as s, pytest; "
+    "import os, perfdiag, perfdiag.analyzer, perfdiag.engine.kineto._scan as s, pytest; "
     "print(*(os.path.realpath(m.__file__) for m in (perfdiag, perfdiag.analyzer, s)))"
 )
 

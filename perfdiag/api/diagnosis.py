@@ -1,7 +1,7 @@
 """The PerfDiagnosis custom resource (DESIGN.md §3): spec and status as pydantic models.
 
 These models are the single source of the CRD: `perfdiag crd` renders crds/perfdiagnosis.yaml
-from them (perfdiag.crd), so descriptions, defaults, bounds and the CEL rules the API server
+from them (perfdiag.api.crd), so descriptions, defaults, bounds and the CEL rules the API server
 enforces are all written here. Field names are snake_case in Python and camelCase on the wire.
 
 Every CEL rule has a Python twin (a model validator) so a manifest the API server rejects is

@@ -1,7 +1,7 @@
 """The plan: what the hook in every rank should do next (DESIGN.md §3).
 
 Writers (the CLI, the operator) build it with this model. The hook cannot import pydantic,
-so it parses the same JSON with the standard library (`perfdiag.collector.hook_plan`); a test
+so it parses the same JSON with the standard library (`perfdiag.collector.hook.plan`); a test
 keeps the two in agreement.
 """
 

@@ -1,4 +1,4 @@
-"""The slowdown trigger's contract: the rule a user sets and what fired it (perfdiag.slowdown
+"""The slowdown trigger's contract: the rule a user sets and what fired it (perfdiag.api.slowdown
 decides; the verdict and the PerfDiagnosis status carry these)."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfdiag.api.ranks import Run, merge_runs, rank_runs
 from perfdiag.api.trigger import Slowdown
-from perfdiag.ranks import Run, merge_runs, rank_runs
 
 VERDICT_SCHEMA = "perfdiag.verdict/v1"
 

@@ -1,7 +1,7 @@
 """Noticing and diagnosing a hang in `perfdiag run`, whatever phase the run is in.
 
 `HangWatch.check()` reads the ranks' heartbeats at every poll, learns the median step time from
-them (perfdiag.stall.StepClock) and raises `HangDetected` when a rank's step has not advanced
+them (perfdiag.api.stall.StepClock) and raises `HangDetected` when a rank's step has not advanced
 for the stall limit. `collect_stacks` then sends a `stacks` plan, waits for every live rank's
 dump and puts the dumps and the ranks' progress into storage, where the analysis reads them.
 """
@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfdiag.api import Plan
-from perfdiag.api.worker import WorkerStatus
-from perfdiag.collector import spool
-from perfdiag.local.progress import Progress
-from perfdiag.stall import (
+from perfdiag.api.stall import (
     RankProgress,
     StallPolicy,
     StepClock,
@@ -25,6 +22,9 @@ from perfdiag.stall import (
     progress_from_mapping,
     stuck_ranks,
 )
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector.hook import spool
+from perfdiag.local.progress import Progress
 from perfdiag.storage import Storage, layout
 
 EXIT_HANG = 7

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdiag.collector import spool
-from perfdiag.slowdown import StepReport
+from perfdiag.api.slowdown import StepReport
+from perfdiag.collector.hook import spool
 
 
 @dataclass(frozen=True)

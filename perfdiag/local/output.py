@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdiag.cli import CliError
+from perfdiag.local.errors import CliError
 from perfdiag.local.native_log import NATIVE_LOG_HINT, NativeLog
 from perfdiag.storage import Storage, StorageError, layout, open_storage
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perfdiag.cli import CliError
+from perfdiag.local.errors import CliError
 from perfdiag.local.torchrun import LaunchTarget
 
 

@@ -1,5 +1,5 @@
 """`perfdiag run --on-slowdown`: the training runs at full speed under a `watch` plan; when the
-slowdown rule fires (perfdiag.slowdown), one window is captured on every rank from the same
+slowdown rule fires (perfdiag.api.slowdown), one window is captured on every rank from the same
 step, analyzed, and the watch starts again, up to --max-captures times."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from perfdiag.api import Plan
+from perfdiag.api.slowdown import SlowdownWatch
 from perfdiag.api.trigger import Slowdown, SlowdownRule
 from perfdiag.local.heartbeats import RankBeat
 from perfdiag.local.progress import Progress
 from perfdiag.local.window import POLL_S, WindowCoordinator
-from perfdiag.slowdown import SlowdownWatch
 from perfdiag.storage import Storage, layout, open_storage
 
 WATCH_PLAN_DAYS = 30  # a watch plan lasts as long as the training (its deadline only bounds it)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 from perfdiag.api import Verdict
-from perfdiag.ranks import runs_phrase
-from perfdiag.terminal import safe_text
+from perfdiag.api.ranks import runs_phrase
+from perfdiag.local.terminal import safe_text
 
 _MAX_FINDINGS = 5
 

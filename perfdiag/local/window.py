@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from perfdiag.api import Plan
 from perfdiag.api.plan import start_step_ahead
+from perfdiag.api.stall import StallPolicy
 from perfdiag.api.trigger import SlowdownRule
 from perfdiag.api.worker import WorkerStatus
-from perfdiag.collector import spool
+from perfdiag.collector.hook import spool
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
 from perfdiag.local.progress import Progress
-from perfdiag.stall import StallPolicy
 
 if TYPE_CHECKING:
     from perfdiag.collector.hardware import HardwareSampler, Series
@@ -109,11 +109,11 @@ class WindowSettings:
     timeout_s: float
     write_plan_to_storage: bool = True
     stall: StallPolicy | None = field(default_factory=StallPolicy)
-    """When a rank counts as stuck (perfdiag.stall); None: hang detection off."""
+    """When a rank counts as stuck (perfdiag.api.stall); None: hang detection off."""
     sample_hardware: bool = True
     """Sample GPU (NVML) and host (/proc) metrics while the window is open."""
     trigger: SlowdownRule | None = None
-    """Capture when the job slows down (perfdiag.slowdown), not after the warm-up steps."""
+    """Capture when the job slows down (perfdiag.api.slowdown), not after the warm-up steps."""
     max_captures: int = 1
     """With a trigger: how many windows to capture at most, one per slowdown."""
 

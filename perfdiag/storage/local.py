@@ -7,8 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from perfdiag.regular_file import open_regular, read_regular
 from perfdiag.storage.base import Storage, StorageError, StorageNotFound, check_key
+from perfdiag.storage.regular_file import open_regular, read_regular
 
 
 class LocalStorage(Storage):

@@ -19,16 +19,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from perfdiag.analyzer.capture import Capture
-from perfdiag.api.worker import WorkerStatus
-from perfdiag.parquet_io import table_to_bytes
-from perfdiag.schema import (
+from perfdiag.analyzer.load.capture import Capture
+from perfdiag.api.schema import (
     SUMMARY_SCHEMA,
     SUMMARY_SCHEMA_ID,
     WindowMeta,
     WorkerMeta,
     with_meta,
 )
+from perfdiag.api.worker import WorkerStatus
+from perfdiag.engine.parquet_io import table_to_bytes
 from perfdiag.storage import Storage, layout
 from perfdiag.storage.local import LocalStorage
 

@@ -1,4 +1,4 @@
-"""`analyze` of a folder of Kineto traces writes breakdown.json (perfdiag.breakdown/v1)."""
+"""`analyze` of a folder of Kineto traces writes breakdown.json (perfdiag.engine.breakdown/v1)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from perfdiag.analyzer import analyze
 from perfdiag.api.breakdown import BREAKDOWN_SCHEMA, Breakdown
-from perfdiag.breakdown import gpu_breakdown
-from perfdiag.kineto import read_kineto
+from perfdiag.engine.breakdown import gpu_breakdown
+from perfdiag.engine.kineto import read_kineto
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 

@@ -213,21 +213,21 @@ def test_unreadable_summary_is_a_missing_worker_not_a_crash(local_storage: Local
 def test_summary_of_unknown_schema_version_is_refused(local_storage: LocalStorage) -> None:
     import pyarrow as pa
 
-    from perfdiag.parquet_io import table_to_bytes
-    from perfdiag.schema import META_SCHEMA
+    from perfdiag.api.schema import META_SCHEMA
+    from perfdiag.engine.parquet_io import table_to_bytes
 
     table, metas = SyntheticJob(n_ranks=2, seed=12).build()
     write_capture(local_storage, table, metas)
     key = layout.worker_key(1, layout.SUMMARY)
-    from perfdiag.parquet_io import table_from_bytes
+    from perfdiag.engine.parquet_io import table_from_bytes
 
     current = table_from_bytes(local_storage.get_bytes(key))
     meta = dict(current.schema.metadata)
-    meta[META_SCHEMA] = b"perfdiag.summary/v9"
+    meta[META_SCHEMA] = b"perfdiag.engine.summary/v9"
     local_storage.put_bytes(key, table_to_bytes(current.replace_schema_metadata(meta)))
     verdict = analyze(local_storage)
     assert {w.rank: w.state for w in verdict.workers}[1] == "missing"
-    assert "perfdiag.summary/v9" in verdict.summary
+    assert "perfdiag.engine.summary/v9" in verdict.summary
     assert isinstance(pa.table({"x": [1]}), pa.Table)
 
 

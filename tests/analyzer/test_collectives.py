@@ -1,4 +1,4 @@
-"""Collective matching across ranks (analyzer/collectives.py) on hand-made calls: the split into
+"""Collective matching across ranks (analyzer/compare/collectives.py) on hand-made calls: the split into
 wait and transfer, the late arriver, bus bandwidth, and the fallback when clocks disagree."""
 
 from __future__ import annotations
@@ -9,14 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from perfdiag.analyzer.collectives import (
-    COLLECTIVES_SCHEMA,
-    bus_factor,
-    collective_calls,
-    match_instances,
-)
-from perfdiag.kineto import read_kineto
-from perfdiag.testing.synthetic_trace import TraceJob
+from perfdiag.analyzer.compare.collectives import bus_factor, match_instances
+from perfdiag.analyzer.load.collective_calls import COLLECTIVES_SCHEMA, collective_calls
+from perfdiag.engine.kineto import read_kineto
+from perfdiag_testing.synthetic_trace import TraceJob
 
 MS = 1_000_000
 

@@ -7,7 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from perfdiag.analyzer.pipeline import Analysis, analyze_capture
+from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.analyzer.report.analysis import Analysis
 from tests.analyzer.conftest import Fault, SyntheticJob, capture_of
 
 MM = "aten::mm"

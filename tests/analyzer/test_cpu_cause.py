@@ -1,11 +1,11 @@
-"""Why a rank is slow, from its process's CPU accounting against its peers' (analyzer/cpu_cause.py)."""
+"""Why a rank is slow, from its process's CPU accounting against its peers' (analyzer/signals/cpu_cause.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from perfdiag.analyzer.cpu_cause import RankCpu, explain_excess, held_back, host_note
+from perfdiag.analyzer.signals.cpu_cause import RankCpu, explain_excess, held_back, host_note
 
 PEERS = np.arange(4)
 STEP = 40.0
@@ -139,7 +139,7 @@ def test_the_host_note_says_runnable_threads_and_cores() -> None:
 
 
 def test_a_nic_shared_by_the_ranks_of_a_host_names_none_of_them() -> None:
-    from perfdiag.analyzer.hardware import ResourceAnomaly, without_shared_host_resources
+    from perfdiag.analyzer.signals.hardware import ResourceAnomaly, without_shared_host_resources
 
     def network(rank: int) -> ResourceAnomaly:
         return ResourceAnomaly(
@@ -171,7 +171,7 @@ def per_step(rows: list[list[float]]) -> RankCpu:
 
 
 def test_a_rank_computing_longer_in_every_step_is_found_on_a_busy_host() -> None:
-    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
 
     rng = np.random.default_rng(1)
     rows = 6.0 + 0.3 * rng.standard_normal((4, 10))
@@ -187,7 +187,7 @@ def test_a_rank_computing_longer_in_every_step_is_found_on_a_busy_host() -> None
 
 
 def test_a_rank_stalling_every_third_step_is_found_and_recurring() -> None:
-    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
 
     rows = np.full((4, 10), 6.0)
     rows[2, ::3] += 20.0
@@ -198,7 +198,7 @@ def test_a_rank_stalling_every_third_step_is_found_and_recurring() -> None:
 def test_work_that_moves_from_rank_to_rank_names_no_rank() -> None:
     """Uneven inputs: every rank's work swings from step to step; one rank's slightly larger
     mean is no rank's fault (imbalance reports it)."""
-    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
 
     rng = np.random.default_rng(7)
     rows = rng.choice([3.0, 6.0, 12.0, 24.0], size=(4, 10)) * 0.4 + 5.0
@@ -208,7 +208,7 @@ def test_work_that_moves_from_rank_to_rank_names_no_rank() -> None:
 
 
 def test_without_exact_counters_no_rank_is_judged_step_by_step() -> None:
-    from perfdiag.analyzer.cpu_cause import cpu_work_excess
+    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
 
     assert cpu_work_excess(cpu(on_cpu=[8.0, 8.0, 20.0, 8.0]), 2, PEERS, MATERIAL) is None
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfdiag.analyzer.pipeline import Analysis, analyze_capture
+from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.analyzer.report.analysis import Analysis
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 from tests.analyzer.conftest import COMM, GPU_COMM, Fault, SyntheticJob, capture_of
@@ -387,7 +388,7 @@ def test_a_single_rank_has_no_peers_but_expected_ranges_apply() -> None:
 
 
 def test_resource_names_map_to_hardware_categories() -> None:
-    from perfdiag.analyzer.hardware import resource_category
+    from perfdiag.analyzer.signals.hardware import resource_category
 
     assert resource_category("sm_clock_MHz") == ("gpu_hardware", True)
     assert resource_category("bus_bandwidth_GBps") == ("network", True)

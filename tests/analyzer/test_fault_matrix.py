@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from perfdiag.analyzer import analyze
-from perfdiag.analyzer.capture import load_capture
-from perfdiag.analyzer.peers import one_group
+from perfdiag.analyzer.compare.peers import one_group
+from perfdiag.analyzer.load.capture import load_capture
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.storage import open_storage
-from perfdiag.testing.fault_matrix import CULPRIT, RANKS, Scenario, scenarios
-from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+from perfdiag_testing.fault_matrix import CULPRIT, RANKS, Scenario, scenarios
+from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
 SCENARIOS = {s.name: s for s in scenarios(seed=0)}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfdiag.testing.fault_suite import CLASSES, FaultClass, run_class
+from perfdiag_testing.fault_suite import CLASSES, FaultClass, run_class
 
 FAST = [c for c in CLASSES if c.fast]
 

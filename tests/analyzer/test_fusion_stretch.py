@@ -1,14 +1,19 @@
 """A rank that computes longer only because the same work ran slower on its CPU is not named
-(analyzer/fusion.py `_stretched`, `_same_calls_slower`)."""
+(analyzer/findings/fusion.py `_stretched`, `_same_calls_slower`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-from perfdiag.analyzer.cpu_cause import CpuCause, CpuWork
-from perfdiag.analyzer.features import LEVEL_FUNCTION, Features, StepTimes, build_features
-from perfdiag.analyzer.fusion import Contributor, SlowWorker, _same_calls_slower, _stretched
+from perfdiag.analyzer.compare.features import LEVEL_FUNCTION, Features, StepTimes, build_features
+from perfdiag.analyzer.findings.fusion import (
+    Contributor,
+    SlowWorker,
+    _same_calls_slower,
+    _stretched,
+)
+from perfdiag.analyzer.signals.cpu_cause import CpuCause, CpuWork
 
 
 def contributor(category: str, excess: float) -> Contributor:

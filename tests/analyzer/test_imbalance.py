@@ -1,10 +1,10 @@
-"""Load imbalance from the training threads' CPU time per step (analyzer/imbalance.py)."""
+"""Load imbalance from the training threads' CPU time per step (analyzer/findings/imbalance.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from perfdiag.analyzer.imbalance import MIN_SHARED_HOST_SPREAD, _group_imbalance
+from perfdiag.analyzer.findings.imbalance import MIN_SHARED_HOST_SPREAD, _group_imbalance
 
 # A healthy run of 4 ranks on 2 cores (the demo): the same work, each rank's on-CPU ms per step,
 # several ranks in turn slower for a few steps while their cores are shared.

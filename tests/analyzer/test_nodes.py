@@ -1,11 +1,11 @@
-"""Slow nodes: most of one machine's ranks slow together for one cause (analyzer/nodes.py)."""
+"""Slow nodes: most of one machine's ranks slow together for one cause (analyzer/findings/nodes.py)."""
 
 from __future__ import annotations
 
-from perfdiag.analyzer.findings import Reported
-from perfdiag.analyzer.nodes import slow_node_findings
+from perfdiag.analyzer.findings.nodes import slow_node_findings
+from perfdiag.analyzer.findings.reported import Reported
+from perfdiag.api.schema import WindowMeta, WorkerMeta
 from perfdiag.api.verdict import Finding
-from perfdiag.schema import WindowMeta, WorkerMeta
 
 WINDOW = WindowMeta(id="w", start_step=1, steps=2, step_bounds_ns=[(0, 10), (10, 20)])
 

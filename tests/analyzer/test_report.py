@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.pipeline import analyze_capture
-from perfdiag.analyzer.report import render_report
+from perfdiag.analyzer.report.html import render_report
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
@@ -159,7 +159,7 @@ def test_healthy_report_says_so() -> None:
 def test_collective_view_renders_for_gpu_traces(tmp_path: Path) -> None:
     """Kineto traces with NCCL collectives: the wait/transfer chart is drawn and painted, the
     straggler's bar says it arrives last, its peers' bars carry the waiting."""
-    from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+    from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
     traces = tmp_path / "traces"
     TraceJob(n_ranks=4, faults=[TraceFault("compute_straggler", (1,), factor=2.0)]).write(traces)

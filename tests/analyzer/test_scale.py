@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from perfdiag.analyzer.pipeline import analyze_capture
-from perfdiag.analyzer.report import render_report
+from perfdiag.analyzer.report.html import render_report
 from tests.analyzer.conftest import Fault, SyntheticJob, capture_of
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from perfdiag.analyzer import analyze
-from perfdiag.analyzer.timeline import FINDINGS_PID, TID_COLLECTIVES, TID_FINDINGS
-from perfdiag.testing.synthetic_trace import TraceFault, TraceJob
+from perfdiag.analyzer.report.timeline import FINDINGS_PID, TID_COLLECTIVES, TID_FINDINGS
+from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
 REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "i": {"name", "ph", "ts", "pid", "s"},
             "M": {"name", "ph", "pid", "args"}}  # fmt: skip

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfdiag.analyzer.features import is_collective_wait
-from perfdiag.analyzer.stats import LEAVE_ONE_OUT_MAX, peer_reference, robust_scale
-from perfdiag.analyzer.text import format_ranks, pct, ranks_phrase
+from perfdiag.analyzer.compare.features import is_collective_wait
+from perfdiag.analyzer.compare.stats import LEAVE_ONE_OUT_MAX, peer_reference, robust_scale
+from perfdiag.analyzer.findings.text import format_ranks, pct, ranks_phrase
 from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
 
 

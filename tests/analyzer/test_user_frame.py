@@ -1,10 +1,10 @@
-"""The user's own frame behind a builtin or a library frame (analyzer/user_frame.py)."""
+"""The user's own frame behind a builtin or a library frame (analyzer/signals/user_frame.py)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from perfdiag.analyzer.user_frame import excess_frame, is_user_frame, user_frame
+from perfdiag.analyzer.signals.user_frame import excess_frame, is_user_frame, user_frame
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""Reading a large local capture in child interpreters (analyzer/worker_files.py): the same
+"""Reading a large local capture in child interpreters (analyzer/load/worker_files.py): the same
 WorkerFiles as the thread path, bad files named the same way, and threads when the children
 cannot run."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from perfdiag.analyzer import worker_files
-from perfdiag.parquet_io import table_from_bytes, table_to_bytes
+from perfdiag.analyzer.load import worker_files
+from perfdiag.engine.parquet_io import table_from_bytes, table_to_bytes
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
 from tests.analyzer.conftest import SyntheticJob, write_capture

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, Field
 
+from perfdiag.api.crd import SchemaError, render_crd, render_crd_yaml, structural_schema
 from perfdiag.cli import main as cli_main
-from perfdiag.crd import SchemaError, render_crd, render_crd_yaml, structural_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / "perfdiagnosis.yaml"

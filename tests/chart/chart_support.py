@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from perfdiag.testing.binaries import find_bin_dir
+from perfdiag_testing.binaries import find_bin_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "perfdiag"

@@ -29,7 +29,7 @@ def test_helm_lint_strict() -> None:
 def test_chart_crd_is_the_generated_one() -> None:
     """charts/perfdiag/crds/ holds exactly what `perfdiag crd` prints (scripts/sync-chart-crd.sh
     copies it)."""
-    from perfdiag.crd import render_crd_yaml
+    from perfdiag.api.crd import render_crd_yaml
 
     chart_copy = (CHART / "crds" / "perfdiagnosis.yaml").read_text()
     assert chart_copy == render_crd_yaml(), "run scripts/sync-chart-crd.sh"

@@ -22,15 +22,15 @@ import pytest
 import yaml
 
 from perfdiag.operator.injection import InjectionConfig, inject
-from perfdiag.testing.image import BuiltImage, run_in_image
-from perfdiag.testing.kube import KubeCluster
-from perfdiag.testing.kube_schemas import (
+from perfdiag_testing.image import BuiltImage, run_in_image
+from perfdiag_testing.kube import KubeCluster
+from perfdiag_testing.kube_schemas import (
     fetch_openapi_v3,
     schema_location,
     write_builtin_schemas,
     write_crd_schemas,
 )
-from perfdiag.testing.processes import free_port
+from perfdiag_testing.processes import free_port
 from tests.chart.chart_support import (
     CERT_MANAGER_KINDS,
     CHART,
@@ -618,9 +618,9 @@ def _complete_capture(
     creates the analyzer Job; the suite runs the Job's command in the image built from the
     Dockerfile, as its user, as the kubelet would, and marks
     it complete; the operator reads verdict.json and writes the verdict, artifacts and Events."""
+    from perfdiag.api.schema import SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, with_meta
     from perfdiag.api.worker import WorkerStatus
-    from perfdiag.parquet_io import table_to_bytes
-    from perfdiag.schema import SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, with_meta
+    from perfdiag.engine.parquet_io import table_to_bytes
     from perfdiag.storage import layout, open_storage
     from tests.analyzer.conftest import SyntheticJob
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from isal import isal_zlib
 
 from perfdiag.analyzer import NoCaptureError, analyze
-from perfdiag.limits import MAX_RANKS, MAX_TRACE_BYTES
+from perfdiag.api.limits import MAX_RANKS, MAX_TRACE_BYTES
+from perfdiag.local.terminal import safe_json, safe_text
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
-from perfdiag.terminal import safe_json, safe_text
 from tests.analyzer.conftest import SyntheticJob, write_capture
 from tests.engine.test_kineto_malformed import _valid_trace
 
@@ -460,7 +460,7 @@ def test_workers_not_captured_are_listed_as_ranges(cli: Any, tmp_path: Path) -> 
 
 _SLOW_ANALYZE = """
 import sys, time
-import perfdiag.kineto as kineto
+import perfdiag.engine.kineto as kineto
 real = kineto.read_kineto
 def slow(path, **kw):
     print("started", flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfdiag.demo.scenarios import SCENARIOS, TRAIN_SCRIPT, judge
+from perfdiag.local.demo.scenarios import SCENARIOS, TRAIN_SCRIPT, judge
 
 
 def test_the_required_scenarios_exist() -> None:

@@ -222,13 +222,13 @@ def test_a_folder_that_was_there_or_holds_a_capture_stays(tmp_path: Path) -> Non
 
 
 def test_interrupt_is_no_error(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import perfdiag.commands.analyze
-    from perfdiag.cli import CliInterrupted
+    import perfdiag.cli.analyze
+    from perfdiag.local.errors import CliInterrupted
 
     def stopped(args: Any) -> int:
         raise CliInterrupted("interrupted; the training was stopped", 143)
 
-    monkeypatch.setattr(perfdiag.commands.analyze, "main", stopped)
+    monkeypatch.setattr(perfdiag.cli.analyze, "main", stopped)
     code, _, err = cli("analyze", "somewhere")
     assert code == 143
     assert err == "perfdiag: interrupted; the training was stopped\n"

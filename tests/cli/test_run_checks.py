@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import perfdiag.runner
-from perfdiag.cli import CliError
+import perfdiag.local.runner
+from perfdiag.local.errors import CliError
 from perfdiag.local.output import default_out, prepare_output
 from perfdiag.local.target_check import check_target
 from perfdiag.local.torchrun import LaunchTarget
@@ -22,7 +22,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the training was launched")
 
-    monkeypatch.setattr(perfdiag.runner, "TrainingProcess", refuse)
+    monkeypatch.setattr(perfdiag.local.runner, "TrainingProcess", refuse)
 
 
 def test_script_not_found(cli: Any, tmp_path: Path, no_launch: None) -> None:
@@ -117,7 +117,7 @@ def test_slowdown_options_are_checked(
 
 
 def test_slowdown_option_reads_a_percentage() -> None:
-    from perfdiag.commands.run import _percent
+    from perfdiag.cli.run import _percent
 
     assert _percent("5%") == 5.0
     assert _percent(" 2.5 ") == 2.5

@@ -1,12 +1,12 @@
-"""The slowdown trigger's rule (perfdiag.slowdown), fed with heartbeat reports."""
+"""The slowdown trigger's rule (perfdiag.api.slowdown), fed with heartbeat reports."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
+from perfdiag.api.slowdown import HORIZON_SPANS, SlowdownWatch, StepReport
 from perfdiag.api.trigger import SlowdownRule
-from perfdiag.slowdown import HORIZON_SPANS, SlowdownWatch, StepReport
 
 N = 50
 
@@ -98,7 +98,7 @@ def test_the_rule_is_validated() -> None:
 def test_the_pure_track_is_the_watch_and_stays_small() -> None:
     """`advance` (the state a PerfDiagnosis status keeps) decides as SlowdownWatch does, and
     `max_minima` bounds it."""
-    from perfdiag.slowdown import Track, advance
+    from perfdiag.api.slowdown import Track, advance
 
     rule = SlowdownRule(percent=5)
     means = [20.0, 19.0, 19.5, 21.5, 20.2, 19.9, 21.9, 22.0, 18.0, 25.0, 25.5, 30.0]
@@ -117,7 +117,7 @@ def test_the_pure_track_is_the_watch_and_stays_small() -> None:
 
 
 def test_the_job_view_judges_the_slowest_rank_at_the_furthest_step() -> None:
-    from perfdiag.slowdown import Track, advance_job, job_report
+    from perfdiag.api.slowdown import Track, advance_job, job_report
 
     rule = SlowdownRule(percent=5)
     reports = [

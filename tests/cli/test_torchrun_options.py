@@ -8,7 +8,8 @@ import sys
 import pytest
 from torch.distributed.run import get_args_parser
 
-from perfdiag.cli import CliError, build_parser
+from perfdiag.cli import build_parser
+from perfdiag.local.errors import CliError
 from perfdiag.local.torchrun import (
     TORCHRUN_OPTIONS,
     local_world_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from perfdiag.runner import training_env
+from perfdiag.local.runner import training_env
 
 
 def test_hook_comes_first_and_user_path_is_kept(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfdiag.testing.binaries import find_bin_dir
+from perfdiag_testing.binaries import find_bin_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests/cluster/test_minio_server.py::test_env_holds_the_standard_variables"

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from perfdiag.testing.kube import KubeCluster
+from perfdiag_testing.kube import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

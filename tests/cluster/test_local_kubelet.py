@@ -1,4 +1,4 @@
-"""The suite's local kubelet (perfdiag/testing/kubelet.py): what it writes for a pod's
+"""The suite's local kubelet (tests/support/perfdiag_testing/kubelet.py): what it writes for a pod's
 downward-API volume, and that the kubelet loop refreshing it while the pod's own thread writes
 it for the first time cannot fail the pod."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from perfdiag.testing.kubelet import LocalPod, format_map
+from perfdiag_testing.kubelet import LocalPod, format_map
 
 
 def _pod(tmp_path: Path) -> LocalPod:

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from perfdiag.storage.s3 import S3Storage
-from perfdiag.testing.minio_server import MinioServer
+from perfdiag_testing.minio_server import MinioServer
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfdiag.testing.processes import ServerProcess, ServerStartError, free_port
+from perfdiag_testing.processes import ServerProcess, ServerStartError, free_port
 
 
 def _http_server(port: int, log: Path) -> ServerProcess:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector import spool
+from perfdiag.collector.hook import spool
 from perfdiag.collector.hookdir import materialize
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector import spool
+from perfdiag.collector.hook import spool
 
 pytestmark = pytest.mark.slow
 

@@ -80,13 +80,14 @@ def run_python(
 def test_the_folder_holds_the_hook_modules_only(tmp_path: Path) -> None:
     dest = hookdir.materialize(tmp_path / "hook")
     files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
-    modules = sorted(p.name for p in COLLECTOR.glob("hook*.py") if p.name != "hookdir.py")
+    hook_package = sorted(p.name for p in (COLLECTOR / "hook").glob("*.py"))
+    assert "spool.py" in hook_package and "__init__.py" in hook_package
     assert files == sorted(
         ["sitecustomize.py", "perfdiag/__init__.py", "perfdiag/collector/__init__.py"]
-        + ["perfdiag/collector/spool.py"]
-        + [f"perfdiag/collector/{name}" for name in modules]
+        + [f"perfdiag/collector/hook/{name}" for name in hook_package]
     )
-    assert (dest / "sitecustomize.py").read_bytes() == (COLLECTOR / "sitecustomize.py").read_bytes()
+    sitecustomize = COLLECTOR / "hook" / "sitecustomize.py"
+    assert (dest / "sitecustomize.py").read_bytes() == sitecustomize.read_bytes()
     assert hookdir.materialize(dest) == dest  # again, over itself
 
 

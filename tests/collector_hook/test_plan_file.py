@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector.hook_plan import PlanError, parse_annotations, plan_json, unquote_go
+from perfdiag.collector.hook.plan import PlanError, parse_annotations, plan_json, unquote_go
 
 # Written by Go 1.26 with fmt.Sprintf("%v=%q\n", key, value), as the kubelet formats the
 # downward-API annotations file (k8s.io/kubernetes/pkg/fieldpath.FormatMap).

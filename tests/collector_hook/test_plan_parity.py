@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector.hook_plan import HookPlan, PlanError, parse_plan
+from perfdiag.collector.hook.plan import HookPlan, PlanError, parse_plan
 
 WHITESPACE = ["", " ", "\t", "\n", "\xa0", "  ", "\r\n"]
 

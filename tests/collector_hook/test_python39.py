@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector import hookdir, spool
+from perfdiag.collector import hookdir
+from perfdiag.collector.hook import spool
 
 RUN_WITHOUT_TORCH = textwrap.dedent(
     """

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch.optim import optimizer as optimizer_module
 
-from perfdiag.collector import spool
-from perfdiag.collector.hook import Hook
+from perfdiag.collector.hook import Hook, spool
 
 
 @pytest.fixture

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import torch
 
-from perfdiag.collector import spool
-from perfdiag.collector.hook_plan import HookPlan
-from perfdiag.collector.hook_profiler import (
+from perfdiag.collector.hook import spool
+from perfdiag.collector.hook.plan import HookPlan
+from perfdiag.collector.hook.profiler import (
     EXPORT_KINETO_SAVE,
     ProfilerBusy,
     ProfilerSession,
     profiler_enabled,
 )
-from perfdiag.collector.hook_window import CaptureWindow
+from perfdiag.collector.hook.window import CaptureWindow
 
 IDENTITY = {"rank": 2, "local_rank": 0, "world_size": 4, "host": "h", "pod": "p", "pid": 7}
 
@@ -126,8 +126,8 @@ def test_abort_stops_a_started_session() -> None:
 def test_step_marks_carry_the_training_threads_cpu_counters(tmp_path: Path) -> None:
     """Each boundary's counters give each step's own CPU and off-CPU time, exactly: a step that
     spins shows ~its length on-CPU, a step that sleeps shows almost none."""
-    from perfdiag.kineto.hook_window import STEP_COUNTERS, step_counters_ms
-    from perfdiag.schema import WindowMeta
+    from perfdiag.api.schema import WindowMeta
+    from perfdiag.collector.window_reader import STEP_COUNTERS, step_counters_ms
 
     plan = make_plan(steps=4)
     window = CaptureWindow(plan, {"id": plan.id}, 3, tmp_path / "w", IDENTITY)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfdiag.analyzer import Thresholds
-from perfdiag.demo.scenarios import SCENARIOS
+from perfdiag.local.demo.scenarios import SCENARIOS
 
 RUNS = 3
 # The fault moves in the last run: nothing may depend on it being rank 2.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from perfdiag.demo.scenarios import TRAIN_SCRIPT
+from perfdiag.local.demo.scenarios import TRAIN_SCRIPT
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from perfdiag.schema import EVENTS_SCHEMA
+from perfdiag.api.schema import EVENTS_SCHEMA
 
 HERE = Path(__file__).resolve().parent
 HTA_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta"

@@ -1,4 +1,4 @@
-"""Writes a real spool window the way the hook does (collector/spool.py), from a small training
+"""Writes a real spool window the way the hook does (collector/hook/spool.py), from a small training
 loop profiled with torch.profiler. Run as a script (one process, or under torchrun with gloo).
 
     python spool_writer.py SPOOL --plan-id ID [--first-step N] [--steps K] [--slow-rank R]

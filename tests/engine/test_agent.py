@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from perfdiag.api.schema import EVENTS_SCHEMA_ID, SUMMARY_SCHEMA_ID, read_meta
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.cli import main as cli_main
-from perfdiag.collector import spool
 from perfdiag.collector.agent import (
     UPLOADED_MARKER,
     AgentState,
@@ -20,8 +20,8 @@ from perfdiag.collector.agent import (
     run_agent,
     window_complete,
 )
-from perfdiag.parquet_io import table_from_bytes
-from perfdiag.schema import EVENTS_SCHEMA_ID, SUMMARY_SCHEMA_ID, read_meta
+from perfdiag.collector.hook import spool
+from perfdiag.engine.parquet_io import table_from_bytes
 from perfdiag.storage import open_storage
 from perfdiag.storage.local import LocalStorage
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from perfdiag.api.breakdown import RankBreakdown
-from perfdiag.breakdown import covered_ns, gpu_breakdown
-from perfdiag.kineto import read_kineto
+from perfdiag.engine.breakdown import covered_ns, gpu_breakdown
+from perfdiag.engine.kineto import read_kineto
 
 TOLERANCE = 0.01
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfdiag.critical_path import IDLE, critical_path, max_cover
+from perfdiag.engine.critical_path import IDLE, critical_path, max_cover
 
 
 def charged(events: Any, bounds: list[tuple[int, int]]) -> dict[tuple[str, int], int]:
@@ -354,7 +354,7 @@ def test_critical_path_matches_unit_by_unit_reference(
 
 
 def test_sums_to_the_window_on_real_traces(hta_files: list[Any]) -> None:
-    from perfdiag.kineto import read_kineto
+    from perfdiag.engine.kineto import read_kineto
 
     events, meta = read_kineto(next(f for f in hta_files if "trace_filter" in str(f)))
     bounds = meta.window.step_bounds_ns

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from perfdiag.kineto import fast_reader, load_trace, read_kineto
-from perfdiag.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, read_meta
+from perfdiag.api.schema import EVENTS_SCHEMA, EVENTS_SCHEMA_ID, read_meta
+from perfdiag.engine.kineto import fast_reader, load_trace, read_kineto
 
 # (folder/file part, rank, first step, steps, has_gpu)
 EXPECTED = {

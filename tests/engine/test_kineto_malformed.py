@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfdiag.kineto import TraceError, load_trace, read_kineto
+from perfdiag.engine.kineto import TraceError, load_trace, read_kineto
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 

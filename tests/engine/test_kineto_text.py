@@ -1,4 +1,4 @@
-"""The text both Kineto readers take in (perfdiag.kineto.text): streamed within the limits of
+"""The text both Kineto readers take in (perfdiag.engine.kineto.text): streamed within the limits of
 docs/limits.md, squeezed (blank runs kept as one byte, the text ended at garbage), and still
 worded by the general reader as json.loads words the file as it is."""
 
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfdiag.kineto import TraceError, load_trace, text
-from perfdiag.kineto._scan import Squeezer
-from perfdiag.limits import MAX_TRACE_BYTES
+from perfdiag.api.limits import MAX_TRACE_BYTES
+from perfdiag.engine.kineto import TraceError, load_trace, text
+from perfdiag.engine.kineto._scan import Squeezer
 from tests.engine.test_kineto_malformed import JSON, _outcome, _valid_trace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,7 +1,7 @@
 """An install without a C compiler: setup.py still succeeds without the scanner extension, and
 perfdiag then reads traces with the general reader — the same tables — saying so once.
 
-The missing extension is simulated in a fresh Python whose import of perfdiag.kineto._scan fails
+The missing extension is simulated in a fresh Python whose import of perfdiag.engine.kineto._scan fails
 (a sys.meta_path finder), as it fails where the extension was never built."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from perfdiag.kineto import read_kineto
-from perfdiag.kineto._scan import Squeezer as CSqueezer
-from perfdiag.kineto._scan import prune as c_prune
-from perfdiag.kineto.native import NOT_BUILT
-from perfdiag.kineto.scan_python import Squeezer as PySqueezer
-from perfdiag.kineto.scan_python import prune as py_prune
-from perfdiag.testing.synthetic_trace import TraceJob
+from perfdiag.engine.kineto import read_kineto
+from perfdiag.engine.kineto._scan import Squeezer as CSqueezer
+from perfdiag.engine.kineto._scan import prune as c_prune
+from perfdiag.engine.kineto.native import NOT_BUILT
+from perfdiag.engine.kineto.scan_python import Squeezer as PySqueezer
+from perfdiag.engine.kineto.scan_python import prune as py_prune
+from perfdiag_testing.synthetic_trace import TraceJob
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,8 +30,8 @@ BLOCK = """
 import sys
 class _NoScanner:
     def find_spec(self, name, path=None, target=None):
-        if name == "perfdiag.kineto._scan":
-            raise ImportError("perfdiag.kineto._scan is not built")
+        if name == "perfdiag.engine.kineto._scan":
+            raise ImportError("perfdiag.engine.kineto._scan is not built")
         return None
 sys.meta_path.insert(0, _NoScanner())
 """
@@ -39,7 +39,7 @@ sys.meta_path.insert(0, _NoScanner())
 READ = """
 import json, sys
 from pathlib import Path
-from perfdiag.kineto import native, read_kineto
+from perfdiag.engine.kineto import native, read_kineto
 rows = []
 for name in sys.argv[1:]:
     events, meta = read_kineto(Path(name))
@@ -121,7 +121,7 @@ def test_setup_succeeds_without_a_c_compiler(tmp_path: Path) -> None:
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name if source.exists() else _mkdir(source) / name)
     (source / "perfdiag" / "kineto").mkdir(parents=True)
-    shutil.copy(ROOT / "perfdiag/kineto/_scan.c", source / "perfdiag/kineto/_scan.c")
+    shutil.copy(ROOT / "perfdiag/engine/kineto/_scan.c", source / "perfdiag/engine/kineto/_scan.c")
     env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}
     done = subprocess.run(
         [sys.executable, "-c", "from setuptools import setup; import runpy; "

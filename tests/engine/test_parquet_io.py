@@ -1,4 +1,4 @@
-"""perfdiag.parquet_io: every table comes back as written (types, nulls, schema metadata);
+"""perfdiag.engine.parquet_io: every table comes back as written (types, nulls, schema metadata);
 small tables (a worker's summary) are plain pages, large ones (raw events, samples) zstd."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from perfdiag.parquet_io import SMALL_TABLE_BYTES, table_from_bytes, table_to_bytes
+from perfdiag.engine.parquet_io import SMALL_TABLE_BYTES, table_from_bytes, table_to_bytes
 
 
 def _table(rows: int) -> pa.Table:
@@ -25,7 +25,7 @@ def _table(rows: int) -> pa.Table:
             "beta_per_step": pa.array(steps, pa.list_(pa.float32())),
         }
     )
-    return table.replace_schema_metadata({b"perfdiag.schema": b"perfdiag.summary/v1"})
+    return table.replace_schema_metadata({b"perfdiag.api.schema": b"perfdiag.engine.summary/v1"})
 
 
 @pytest.mark.parametrize(("rows", "codec"), [(15, "UNCOMPRESSED"), (200_000, "ZSTD")])

@@ -1,4 +1,4 @@
-"""perfdiag.process_pool: an ordered map over child interpreters."""
+"""perfdiag.engine.process_pool: an ordered map over child interpreters."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from perfdiag.process_pool import ProcessPoolError, map_in_processes
-from perfdiag.testing.pool_tasks import die, fail_on_three, square_and_pid
+from perfdiag.engine.process_pool import ProcessPoolError, map_in_processes
+from perfdiag_testing.pool_tasks import die, fail_on_three, square_and_pid
 
 
 def test_results_come_in_task_order_from_several_children() -> None:

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from perfdiag.collector.agent import process_window
-from perfdiag.parquet_io import table_from_bytes
+from perfdiag.engine.parquet_io import table_from_bytes
 from perfdiag.storage.local import LocalStorage
 
 

@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from perfdiag.kineto import read_kineto
-from perfdiag.schema import (
+from perfdiag.api.schema import (
     IDLE,
     IDLE_FUNCTION,
     OTHER_FUNCTION,
@@ -21,7 +20,8 @@ from perfdiag.schema import (
     WorkerMeta,
     read_meta,
 )
-from perfdiag.summary import summarize
+from perfdiag.engine.kineto import read_kineto
+from perfdiag.engine.summary import summarize
 
 
 def check_invariants(summary: pa.Table, meta: WorkerMeta) -> None:

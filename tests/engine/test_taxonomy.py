@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag import taxonomy
-from perfdiag.kineto import load_trace, read_kineto
-from perfdiag.schema import CATEGORIES
+from perfdiag.api import taxonomy
+from perfdiag.api.schema import CATEGORIES
+from perfdiag.engine.kineto import load_trace, read_kineto
 
 # Kineto category → the taxonomy categories its events may get.
 ALLOWED = {

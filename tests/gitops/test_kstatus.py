@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfdiag.testing import kstatus
+from perfdiag_testing import kstatus
 from tests.gitops.phases import CASES, Case
 
 

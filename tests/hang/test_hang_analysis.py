@@ -1,4 +1,4 @@
-"""analyzer/hang.py: grouping stack dumps across ranks, naming the ranks that hold the job up,
+"""analyzer/load/hang.py: grouping stack dumps across ranks, naming the ranks that hold the job up,
 and reading torch Flight Recorder dumps (real dumps from a gloo job)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from perfdiag.analyzer.hang import (
+from perfdiag.analyzer.load.hang import (
     behind_in_flight_recorder,
     diagnose_hang,
     last_collectives,
     read_flight_recorder,
     training_stack,
 )
-from perfdiag.stall import StuckRank
+from perfdiag.api.stall import StuckRank
 
 HERE = Path(__file__).resolve().parent
 TORCH = "/venv/lib/python3.11/site-packages/torch"

@@ -1,11 +1,11 @@
-"""perfdiag.stall: when a rank counts as stuck (shared by perfdiag run, the operator and the
+"""perfdiag.api.stall: when a rank counts as stuck (shared by perfdiag run, the operator and the
 analyzer)."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfdiag.stall import (
+from perfdiag.api.stall import (
     RankProgress,
     StallPolicy,
     StepClock,

@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from perfdiag.analyzer.capture import Capture
-from perfdiag.analyzer.hardware_samples import with_resources
+from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.api.schema import EVENTS_SCHEMA, WindowMeta, WorkerMeta
 from perfdiag.api.verdict import Verdict
 from perfdiag.collector.hardware import Series, hardware_table
-from perfdiag.schema import EVENTS_SCHEMA, WindowMeta, WorkerMeta
-from perfdiag.summary import summarize
+from perfdiag.engine.hardware_samples import with_resources
+from perfdiag.engine.summary import summarize
 
 STEPS = 10
 STEP_NS = 100_000_000
@@ -238,7 +238,7 @@ def test_analyze_reads_the_blamed_ranks_hardware_files_from_storage(tmp_path: Pa
     """Through `analyze(storage)`: the capture's hardware.parquet of the blamed rank gives the
     reasons; an unreadable one is a note, and the finding stays."""
     from perfdiag.analyzer import analyze as analyze_storage
-    from perfdiag.parquet_io import table_to_bytes
+    from perfdiag.engine.parquet_io import table_to_bytes
     from perfdiag.storage import layout
     from perfdiag.storage.local import LocalStorage
     from tests.analyzer.conftest import write_capture

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from perfdiag.api.schema import HARDWARE_SCHEMA_ID, WindowMeta, WorkerMeta, read_meta
 from perfdiag.collector import hardware
 from perfdiag.collector.hardware import (
     HardwareSampler,
@@ -19,7 +20,6 @@ from perfdiag.collector.hardware import (
     parse_raw,
     worker_series,
 )
-from perfdiag.schema import HARDWARE_SCHEMA_ID, WindowMeta, WorkerMeta, read_meta
 
 
 def _nvml_works() -> bool:
@@ -166,7 +166,7 @@ def test_a_process_moved_into_a_cpu_limited_cgroup_is_followed() -> None:
     code = (
         "import sys, time\n"
         "sys.stdin.readline()\n"  # moved once the sampler runs
-        "from perfdiag.testing.fault_job import hold_to_cpu_quota\n"
+        "from perfdiag_testing.fault_job import hold_to_cpu_quota\n"
         "print(hold_to_cpu_quota(0.1), flush=True)\n"
         "end = time.time() + 3\n"
         "while time.time() < end: pass\n"

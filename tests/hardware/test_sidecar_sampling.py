@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfdiag.collector import spool
 from perfdiag.collector.agent import AgentState, run_agent
+from perfdiag.collector.hook import spool
 from perfdiag.storage.local import LocalStorage
 
 

@@ -1,5 +1,5 @@
 """The image as built from the Dockerfile (the `perfdiag_image` fixture: buildah on a local
-Debian base, see perfdiag.testing.image), run from its own files: the CLI, the hook folder the
+Debian base, see perfdiag_testing.image), run from its own files: the CLI, the hook folder the
 webhook's init container copies, the agent and the analyzer as the image's user against the
 suite's MinIO, and what the image must not hold."""
 
@@ -22,7 +22,7 @@ from perfdiag.operator.injection import (
     inject,
 )
 from perfdiag.storage import open_storage
-from perfdiag.testing.image import BuiltImage, run_in_image
+from perfdiag_testing.image import BuiltImage, run_in_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SPOOL_WRITER = ROOT / "tests" / "engine" / "spool_writer.py"

@@ -200,7 +200,7 @@ def operator_env(kube_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 def webhook_tls(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A serving certificate for 127.0.0.1 signed by the test cluster's CA (the apiserver
     verifies the webhook with that CA, the caBundle kopf writes)."""
-    from perfdiag.testing.certs import make_serving_cert
+    from perfdiag_testing.certs import make_serving_cert
 
     return make_serving_cert(
         kube_cluster.certs.ca_cert,
@@ -222,7 +222,7 @@ def webhook_env(
 ) -> str:
     """The operator serves the pod webhook on https://127.0.0.1:<free port> with the test CA,
     and injects agents writing to s3://<bucket>/perfdiag. Returns the storage root."""
-    from perfdiag.testing.processes import free_port
+    from perfdiag_testing.processes import free_port
 
     cert, key = webhook_tls
     monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", str(free_port()))

@@ -17,13 +17,13 @@ from typing import Any
 
 import yaml
 
-from perfdiag.collector import spool
+from perfdiag.collector.hook import spool
 from perfdiag.collector.hookdir import materialize
-from perfdiag.demo.scenarios import TRAIN_SCRIPT
-from perfdiag.testing.image import BuiltImage
-from perfdiag.testing.kubelet import KUBELET_LOG, Image, LocalKubelet
-from perfdiag.testing.processes import free_port
-from perfdiag.testing.training_operator import PORT_NAME, pytorchjob_pods
+from perfdiag.local.demo.scenarios import TRAIN_SCRIPT
+from perfdiag_testing.image import BuiltImage
+from perfdiag_testing.kubelet import KUBELET_LOG, Image, LocalKubelet
+from perfdiag_testing.processes import free_port
+from perfdiag_testing.training_operator import PORT_NAME, pytorchjob_pods
 
 KUBEFLOW = Path(__file__).resolve().parents[2].parent / "shared" / "kubeflow"
 PERFDIAG_IMAGE = "perfdiag:test"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
-from perfdiag.testing.fault_suite import FAULT_JOB
+from perfdiag_testing.fault_suite import FAULT_JOB
 from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfdiag.storage.s3 import S3Storage
-from perfdiag.testing.minio_server import MinioServer
+from perfdiag_testing.minio_server import MinioServer
 
 pytestmark = pytest.mark.cluster
 

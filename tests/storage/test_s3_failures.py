@@ -12,9 +12,9 @@ import pytest
 
 from perfdiag.storage.base import StorageError, StorageUnavailable
 from perfdiag.storage.s3 import S3Storage
-from perfdiag.testing.minio_server import MinioServer
-from perfdiag.testing.processes import free_port
-from perfdiag.testing.tcp_proxy import ThrottledTcpProxy
+from perfdiag_testing.minio_server import MinioServer
+from perfdiag_testing.processes import free_port
+from perfdiag_testing.tcp_proxy import ThrottledTcpProxy
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perfdiag.storage.s3 import PART_SIZE, S3Storage
-from perfdiag.testing.minio_server import MinioServer
+from perfdiag_testing.minio_server import MinioServer
 
 pytestmark = pytest.mark.cluster
 

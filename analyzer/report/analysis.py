@@ -1,0 +1,39 @@
+"""Everything one analysis found, as the verdict, the report and the timeline read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfdiag.analyzer.compare.collectives import CollectiveAnalysis
+from perfdiag.analyzer.compare.features import Features, StepTimes
+from perfdiag.analyzer.compare.outliers import Deviations
+from perfdiag.analyzer.compare.peers import PeerGroups
+from perfdiag.analyzer.findings.fusion import Fusion
+from perfdiag.analyzer.findings.reported import Reported
+from perfdiag.analyzer.findings.rules import RangeViolation
+from perfdiag.analyzer.load.capture import Capture
+from perfdiag.analyzer.load.workers import WorkerAccount
+from perfdiag.analyzer.signals.hardware import ResourceAnomaly
+from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the verdict and the report are made from."""
+
+    capture: Capture
+    thresholds: Thresholds
+    account: WorkerAccount
+    steps: StepTimes
+    features: Features
+    groups: PeerGroups
+    deviations: Deviations
+    anomalies: list[ResourceAnomaly]
+    fusion: Fusion
+    violations: list[RangeViolation]
+    reported: list[Reported]
+    below_threshold: list[Reported]
+    has_gpu: bool
+    verdict: Verdict
+    collectives: CollectiveAnalysis | None = None

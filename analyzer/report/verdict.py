@@ -1,0 +1,146 @@
+"""Building verdict.json (DESIGN.md §3): status, the one-sentence summary, window, workers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdiag.analyzer.compare.features import StepTimes
+from perfdiag.analyzer.findings.reported import Reported
+from perfdiag.analyzer.findings.text import ms, pct, ranks_phrase
+from perfdiag.analyzer.load.capture import Capture
+from perfdiag.analyzer.load.workers import WorkerAccount, missing_ranges, worker_infos
+from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.verdict import StepTimes as StepTimesModel
+from perfdiag.api.verdict import Verdict, VerdictStatus, WindowInfo
+
+
+def window_info(capture: Capture, steps: StepTimes) -> WindowInfo:
+    medians = steps.median_ms if len(steps.ranks) else np.zeros(0)
+    per_rank = {str(int(r)): round(float(m), 3) for r, m in zip(steps.ranks, medians, strict=True)}
+    metas = list(capture.metas.values())
+    if metas:
+        start_step = min(m.window.start_step for m in metas)
+        n_steps = max(len(m.window.step_bounds_ns) for m in metas)
+    else:
+        start_step = 0
+        # A stacks plan (a hang before any window) captured no steps.
+        n_steps = capture.plan.steps if capture.plan and capture.plan.action == "capture" else 0
+    return WindowInfo(
+        start_step=start_step,
+        steps=n_steps,
+        step_time_ms=StepTimesModel(
+            # The lower median: a value one rank had, never the midpoint of two.
+            median=round(float(np.sort(medians)[(len(medians) - 1) // 2]), 3)
+            if len(medians)
+            else 0.0,
+            max=round(float(np.max(medians)), 3) if len(medians) else 0.0,
+            per_rank=per_rank,
+        ),
+    )
+
+
+def status_of(account: WorkerAccount, reported: list[Reported]) -> VerdictStatus:
+    if account.stuck:
+        return "hang"
+    if account.missing:
+        return "incomplete"
+    return "degraded" if reported else "healthy"
+
+
+def summary_sentence(
+    status: VerdictStatus,
+    account: WorkerAccount,
+    reported: list[Reported],
+    window: WindowInfo,
+    thresholds: Thresholds,
+) -> str:
+    parts: list[str] = []
+    hang = [r for r in reported if r.finding.kind == "hang"]
+    others = [r for r in reported if r.finding.kind != "hang"]
+    if hang:
+        parts.append(_strip(hang[0].headline))
+    if account.missing:
+        missing = sorted(account.missing)
+        verb = "is" if len(missing) == 1 else "are"
+        why = f" ({account.missing[missing[0]]})" if len(missing) == 1 else ""
+        parts.append(f"{ranks_phrase(missing, capital=True)} {verb} missing{why}")
+    n = len(account.analysed)
+    if others:
+        text = _strip(others[0].headline)
+        lead = set(others[0].finding.ranks)
+        # A function_anomaly or hardware finding inside the lead slow worker is the same
+        # story, not another one.
+        more = [
+            r
+            for r in others[1:]
+            if not (
+                r.finding.kind in ("function_anomaly", "hardware") and set(r.finding.ranks) <= lead
+            )
+        ]
+        if more:
+            text += f" ({len(more)} more finding{'s' if len(more) > 1 else ''} in the report)"
+        parts.append(text)
+    elif n:
+        who = f"All {n} ranks look" if n > 1 else "The rank looks"
+        if parts:
+            who = f"the {n} analysed rank{'s' if n > 1 else ''} look{'s' if n == 1 else ''}"
+        parts.append(
+            f"{who} healthy: no finding above the reporting threshold "
+            f"({pct(thresholds.report_severity)} of step time); median step "
+            f"{ms(window.step_time_ms.median)}"
+        )
+    elif not hang:
+        parts.append(
+            "No worker produced a summary to analyse"
+            if not parts
+            else "no worker produced a summary to analyse"
+        )
+    if not parts:
+        return f"Status {status}."
+    return "; ".join([parts[0], *(_continued(p) for p in parts[1:])]) + "."
+
+
+def _continued(clause: str) -> str:
+    """A headline placed after a semicolon: 'Rank 2 is…' → 'rank 2 is…'."""
+    first = clause.split(" ", 1)[0]
+    if first in ("Rank", "Ranks", "All", "The"):
+        return clause[0].lower() + clause[1:]
+    return clause
+
+
+def _strip(text: str) -> str:
+    return text.rstrip(". ")
+
+
+def build_verdict(
+    capture: Capture,
+    account: WorkerAccount,
+    steps: StepTimes,
+    reported: list[Reported],
+    thresholds: Thresholds,
+) -> Verdict:
+    window = window_info(capture, steps)
+    status = status_of(account, [r for r in reported if r.finding.kind != "hang"])
+    if account.stuck:
+        status = "hang"
+    verdict = Verdict(
+        status=status,
+        summary=summary_sentence(status, account, reported, window, thresholds),
+        window=window,
+        workers=worker_infos(capture, account),
+        missing=missing_ranges(account),
+        findings=[r.finding for r in reported],
+        notes=input_notes(capture),
+    )
+    return verdict.sorted()
+
+
+def input_notes(capture: Capture) -> list[str]:
+    """Every input the analysis could not use, and why."""
+    # A Kineto folder's unreadable traces are among the input notes already.
+    unreadable = [
+        f"rank {rank} not analysed: {why}"
+        for rank, why in capture.unreadable.items()
+        if rank not in capture.metas and capture.kind == "capture"
+    ]
+    return [*capture.input_notes, *unreadable]

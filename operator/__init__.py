@@ -1,1 +1,0 @@
-"""The Kubernetes operator: PerfDiagnosis handlers, the pod webhook, coordination."""

@@ -1,1 +1,0 @@
-"""Subcommands of the perfdiag CLI, one module each (see perfdiag.cli)."""
