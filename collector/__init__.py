@@ -1,4 +1,4 @@
-"""Collection on the workers: the in-process hook and the agent (DESIGN.md §1).
+"""Collection on the workers: the in-process hook and the agent (docs/design.md §1).
 
 This package is copied into training pods with the hook; keep it free of heavy imports.
 `perfdiag.collector.step()` marks a step boundary explicitly for loops without an optimizer.

@@ -1,4 +1,4 @@
-"""The agent: turns the hook's spool into a worker's files in storage (DESIGN.md §1, §3).
+"""The agent: turns the hook's spool into a worker's files in storage (docs/design.md §1, §3).
 
 `process_window` handles one rank's completed window: events.parquet (raw events, when kept),
 summary.parquet (the behavior pattern), stacks.json (when the hook dumped stacks) and, last,

@@ -48,7 +48,7 @@ from perfdiag.api.diagnosis import (
     WindowStatus,
     WorkersStatus,
 )
-from perfdiag.api.plan import Plan, start_step_ahead
+from perfdiag.api.plan import Plan, start_step_ahead, watch_deadline
 from perfdiag.api.slowdown import StepReport, Track, advance_job, job_report
 from perfdiag.api.stall import (
     DEFAULT_MIN_S,
@@ -75,9 +75,6 @@ MAX_PLAN_ID = 128
 TOP_FINDINGS = 5
 STACKS_SUFFIX = "-stacks"
 WATCH_SUFFIX = "-watch"
-WATCH_PLAN_DAYS = 30
-"""A watch plan lasts as long as the training; its deadline only bounds it (and, while it sits
-on the pods, keeps other diagnoses of the job waiting)."""
 STACKS_WAIT_S = 30.0
 """How long the ranks have to answer a `stacks` plan (its deadline); the hooks answer within a
 second or two, from their own thread, even while training is blocked."""
@@ -317,7 +314,7 @@ def watch_plan(spec: PerfDiagnosisSpec, capture: str, now: datetime) -> Plan:
         id=watch_plan_id(capture),
         action="watch",
         steps=steps,
-        deadline=now + timedelta(days=WATCH_PLAN_DAYS),
+        deadline=watch_deadline(now),
     )
 
 

@@ -1,4 +1,4 @@
-"""What the pod mutating webhook adds to an opted-in training pod (pure; DESIGN.md §1, §2).
+"""What the pod mutating webhook adds to an opted-in training pod (pure; docs/design.md §1, §2).
 
 A pod labelled perfdiag.io/inject="true" gets, at creation:
 - an init container copying the hook folder of the perfdiag image into an emptyDir;

@@ -25,7 +25,9 @@ from perfdiag.api.validation import validation_problems
 PREFIX = "perfdiag.io"
 FINALIZER = f"{PREFIX}/finalizer"
 DIFFBASE_KEY = "last-handled-configuration"
-PLAN_ANNOTATION = f"{PREFIX}/plan"  # on target pods: the Plan JSON the hooks read (DESIGN.md §3)
+PLAN_ANNOTATION = (
+    f"{PREFIX}/plan"  # on target pods: the Plan JSON the hooks read (docs/design.md §3)
+)
 INJECT_LABEL = f"{PREFIX}/inject"  # "true" on a pod (template): the webhook injects perfdiag
 INJECTED_ANNOTATION = f"{PREFIX}/injected"  # set by the webhook: the perfdiag version injected
 COMPONENT = "perfdiag-operator"

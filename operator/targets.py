@@ -1,4 +1,4 @@
-"""Target resolution: which pods a PerfDiagnosis is about (DESIGN.md §2).
+"""Target resolution: which pods a PerfDiagnosis is about (docs/design.md §2).
 
 Pure functions decide from what was read (the job object, the pods); `TargetReader` in
 perfdiag.operator.kube does the reading. Pod labels:

@@ -94,8 +94,13 @@ build_own() {
   for so in perfdiag/engine/kineto/_scan.*.so; do
     [ -f "$so" ] && cp -p "$so" "$so.tmp" && mv -f "$so.tmp" "$so"
   done
-  "$dir/bin/python" -I -m pip install --quiet --no-deps --no-build-isolation \
-    --config-settings editable_mode=strict -e "$root" >&2
+  # setuptools explains the strict mode at length on every install: shown only if it fails.
+  if ! "$dir/bin/python" -I -m pip install --quiet --no-deps --no-build-isolation \
+    --config-settings editable_mode=strict -e "$root" >"$dir.install.log" 2>&1; then
+    cat "$dir.install.log" >&2
+    exit 1
+  fi
+  rm -f "$dir.install.log"
   for src in "$venv"/bin/*; do
     name=$(basename "$src")
     case "$name" in python* | activate* | Activate.ps1 | perfdiag) continue ;; esac

@@ -1,4 +1,4 @@
-"""Session fixtures of the real control plane (DESIGN.md §6); see docs/testing.md.
+"""Session fixtures of the real control plane (docs/design.md §6); see docs/testing.md.
 
 - `kube_cluster`: etcd + kube-apiserver on loopback, admin kubeconfig (perfdiag_testing.kube).
 - `minio_server`: MinIO on loopback with generated credentials and a fresh bucket.

@@ -1,4 +1,4 @@
-"""Collectives matched across ranks (DESIGN.md §4): wait vs transfer, the late arriver, and the
+"""Collectives matched across ranks (docs/design.md §4): wait vs transfer, the late arriver, and the
 achieved bandwidth of each rank's transfers.
 
 Per worker, `collective_calls` (analyzer/load/collective_calls.py) keeps one row per

@@ -1,4 +1,4 @@
-"""Peer comparison (DESIGN.md §4 "Differential observability") over the feature matrices.
+"""Peer comparison (docs/design.md §4 "Differential observability") over the feature matrices.
 
 A (rank, feature) is *outlying* when its excess over the peers' median is
   material      — at least `min_excess_fraction` of the step time,

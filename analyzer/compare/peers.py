@@ -1,4 +1,4 @@
-"""Peer groups: which ranks are compared with which (DESIGN.md §4, "same role").
+"""Peer groups: which ranks are compared with which (docs/design.md §4, "same role").
 
 Ranks of different roles (pipeline stages, experts, parameter servers) legitimately behave
 differently; comparing them would call a role difference a fault. A `RoleAssigner` maps the

@@ -714,7 +714,7 @@ def _slow_worker(
 
 
 def _attribute(worker: SlowWorker, anomalies: list[ResourceAnomaly]) -> None:
-    """Abnormal resource μ/σ behind a contributor → the cause is hardware (DESIGN.md §4)."""
+    """Abnormal resource μ/σ behind a contributor → the cause is hardware (docs/design.md §4)."""
     if not anomalies:
         return
     for contributor in worker.contributors:

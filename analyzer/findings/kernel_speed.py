@@ -1,4 +1,4 @@
-"""Hardware vs software for GPU kernels without clock samples (DESIGN.md §4 "Root cause").
+"""Hardware vs software for GPU kernels without clock samples (docs/design.md §4 "Root cause").
 
 A GPU that runs slower (clock throttling, a power cap, a degraded part) makes *every* kernel
 slower by about the same factor at unchanged counts; a workload difference (longer sequences,

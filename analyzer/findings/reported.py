@@ -1,4 +1,4 @@
-"""Findings of the verdict (DESIGN.md §3), each with a message a person can act on.
+"""Findings of the verdict (docs/design.md §3), each with a message a person can act on.
 
 Severity is the estimated fraction of step time lost (excess over peers / step time) and is
 the only ordering key; a one-sentence `headline` per finding feeds the verdict's summary.

@@ -1,4 +1,4 @@
-"""Per-category expected ranges (DESIGN.md §4): job-wide problems no peer comparison can see.
+"""Per-category expected ranges (docs/design.md §4): job-wide problems no peer comparison can see.
 
 When all (or most) ranks spend more of the window in a category than a well-running job does
 (Python overhead on a GPU job, a starving input pipeline, communication-bound scaling), every

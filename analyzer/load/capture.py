@@ -1,4 +1,4 @@
-"""Loading a capture (DESIGN.md §3 layout) into one concatenated summary table.
+"""Loading a capture (docs/design.md §3 layout) into one concatenated summary table.
 
 Per-worker files are read in bulk by analyzer/load/worker_files.py; the summaries are concatenated
 into a single Arrow table so the cross-worker stage never loops over ranks.

@@ -1,4 +1,4 @@
-"""Hang diagnosis (DESIGN.md §4 "Hang"): which ranks hold the job up, and where.
+"""Hang diagnosis (docs/design.md §4 "Hang"): which ranks hold the job up, and where.
 
 Inputs: the stuck ranks (perfdiag.api.stall), each rank's stack dump (`stacks.json`, the hook's
 answer to a `stacks` plan) and, when the job had torch's Flight Recorder on, its dump

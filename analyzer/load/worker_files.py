@@ -1,4 +1,4 @@
-"""Reading every worker's files of a capture in bulk (DESIGN.md §3 layout).
+"""Reading every worker's files of a capture in bulk (docs/design.md §3 layout).
 
 A capture can hold 100,000 workers. Per worker, the only work left in Python is fetching its
 files and handing the Parquet bytes to Arrow, done in batches on a pool as wide as the storage

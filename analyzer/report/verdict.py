@@ -1,4 +1,4 @@
-"""Building verdict.json (DESIGN.md §3): status, the one-sentence summary, window, workers."""
+"""Building verdict.json (docs/design.md §3): status, the one-sentence summary, window, workers."""
 
 from __future__ import annotations
 

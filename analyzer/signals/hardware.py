@@ -1,4 +1,4 @@
-"""Root cause from the governing resource (DESIGN.md §4 "Root cause").
+"""Root cause from the governing resource (docs/design.md §4 "Root cause").
 
 A summary row may carry the mean μ and standard deviation σ of the resource that governs its
 function (SM clock for kernels, achieved bandwidth for collectives, CPU for Python). When a

@@ -1,4 +1,4 @@
-"""The in-process hook (DESIGN.md §1): loaded by sitecustomize in every rank process.
+"""The in-process hook (docs/design.md §1): loaded by sitecustomize in every rank process.
 
 Standard library and torch only (and torch only once the training has imported it). Dormant by
 default: at each step boundary it increments a counter, reads a clock and checks one flag. A

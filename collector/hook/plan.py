@@ -1,4 +1,4 @@
-"""The plan as the hook reads it (DESIGN.md §3), with the standard library only (Python ≥ 3.9).
+"""The plan as the hook reads it (docs/design.md §3), with the standard library only (Python ≥ 3.9).
 
 The plan file (`PERFDIAG_PLAN`) holds either the plan JSON itself (local mode) or a Kubernetes
 downward-API annotations file (lines `key="value"`, the value quoted like Go's %q) in which the

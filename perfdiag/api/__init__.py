@@ -1,4 +1,4 @@
-"""Pydantic models of the contracts that cross component boundaries (DESIGN.md §3).
+"""Pydantic models of the contracts that cross component boundaries (docs/design.md §3).
 
 The models are imported from their modules on first use: building the PerfDiagnosis models
 alone takes a tenth of a second, which `perfdiag analyze`, needing only the verdict's, does

@@ -1,4 +1,4 @@
-"""The PerfDiagnosis custom resource (DESIGN.md §3): spec and status as pydantic models.
+"""The PerfDiagnosis custom resource (docs/design.md §3): spec and status as pydantic models.
 
 These models are the single source of the CRD: `perfdiag crd` renders crds/perfdiagnosis.yaml
 from them (perfdiag.api.crd), so descriptions, defaults, bounds and the CEL rules the API server

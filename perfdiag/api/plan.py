@@ -1,4 +1,4 @@
-"""The plan: what the hook in every rank should do next (DESIGN.md §3).
+"""The plan: what the hook in every rank should do next (docs/design.md §3).
 
 Writers (the CLI, the operator) build it with this model. The hook cannot import pydantic,
 so it parses the same JSON with the standard library (`perfdiag.collector.hook.plan`); a test
@@ -101,3 +101,13 @@ def start_step_ahead(current_step: int, steps_per_second: float | None, lead_sec
     step counts the writer saw) at the fastest rank's rate, and at least 2 steps ahead."""
     rate = steps_per_second if steps_per_second is not None and steps_per_second > 0 else 0.0
     return current_step + max(2, math.ceil(rate * lead_seconds) + 1)
+
+
+WATCH_PLAN_DAYS = 30
+"""A watch plan lasts as long as the training; its deadline only bounds it (and, while it sits
+on the pods, keeps other diagnoses of the job waiting)."""
+
+
+def watch_deadline(now: datetime) -> datetime:
+    """The deadline of a `watch` plan made at `now`."""
+    return now + timedelta(days=WATCH_PLAN_DAYS)

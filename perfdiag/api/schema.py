@@ -1,4 +1,4 @@
-"""Columnar schemas of a capture (DESIGN.md §3), versioned.
+"""Columnar schemas of a capture (docs/design.md §3), versioned.
 
 Every Parquet file perfdiag writes carries, in its Arrow schema metadata:
   b"perfdiag.api.schema" → the schema id below (e.g. b"perfdiag.engine.summary/v1")
@@ -10,7 +10,7 @@ meaning of a column bumps it, and readers reject versions they do not know.
 events.parquet  (perfdiag.events/v1) — one row per complete event of the window
   rank          int32    global rank
   name          string   event name (kernel, aten op, Python frame "file.py(12): fn", …)
-  category      string   taxonomy category (DESIGN.md §4): gpu_compute, gpu_memory,
+  category      string   taxonomy category (docs/design.md §4): gpu_compute, gpu_memory,
                          communication, cuda_runtime, python, cpu_op, dataloader, gc,
                          annotation (user ranges such as ProfilerStep#N), other
   kineto_cat    string   the source category as Kineto wrote it ("kernel", "cpu_op", …; "gc"
@@ -39,7 +39,7 @@ events.parquet  (perfdiag.events/v1) — one row per complete event of the windo
                          (added in v1, nullable)
 
 summary.parquet (perfdiag.engine.summary/v1) — one row per (function, category) of the worker: the
-behavior pattern of DESIGN.md §4. Small by construction: functions under a β floor are folded
+behavior pattern of docs/design.md §4. Small by construction: functions under a β floor are folded
 into one "<other>" row per category.
   rank            int32
   function        string   function name ("<idle>" for time nothing ran, category "idle")

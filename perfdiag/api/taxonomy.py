@@ -1,4 +1,4 @@
-"""The event taxonomy (DESIGN.md §4): every event's category, and how the critical path ranks it.
+"""The event taxonomy (docs/design.md §4): every event's category, and how the critical path ranks it.
 
 Categories come from Kineto's own category (`cat`) and, where that is not enough, the event
 name. All functions are vectorized: the rules run once per distinct (cat, name) pair of a

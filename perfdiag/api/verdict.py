@@ -1,4 +1,4 @@
-"""verdict.json (DESIGN.md §3). Stable: other tools and tests read these names and meanings."""
+"""verdict.json (docs/design.md §3). Stable: other tools and tests read these names and meanings."""
 
 from __future__ import annotations
 

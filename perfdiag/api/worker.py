@@ -1,4 +1,4 @@
-"""`workers/<rank>/status.json`: heartbeat and progress of one worker (DESIGN.md §3)."""
+"""`workers/<rank>/status.json`: heartbeat and progress of one worker (docs/design.md §3)."""
 
 from __future__ import annotations
 

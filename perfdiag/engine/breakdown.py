@@ -3,7 +3,7 @@
 Holistic Trace Analysis (`hta/analyzers/breakdown_analysis.py`, `get_temporal_breakdown`)
 splits a rank's GPU span — first GPU activity's start to the last one's end — into idle time
 (no GPU activity), compute time (a compute kernel runs) and the rest ("non-compute"). The
-non-compute part is split further here, by the DESIGN.md §4 priority (GPU compute > GPU memory >
+non-compute part is split further here, by the docs/design.md §4 priority (GPU compute > GPU memory >
 communication): memcpy/memset time, then NCCL kernel time, then what is left (CUDA
 synchronization records Kineto draws on the GPU). Which GPU activity counts is HTA's too:
 kernels, memcpy/memset and cuda_sync records; with two steps or more, only the activity

@@ -1,4 +1,4 @@
-"""Per-worker critical path by priority sweep (DESIGN.md §4).
+"""Per-worker critical path by priority sweep (docs/design.md §4).
 
 Every instant of the window is charged to exactly one event, or to idle:
 1. per thread or GPU stream ("lane"), the innermost running event (self time), except that an

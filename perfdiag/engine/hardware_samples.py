@@ -1,5 +1,5 @@
 """μ/σ of each function's governing resource, from hardware.parquet samples taken inside its
-executions (DESIGN.md §4 "Behavior pattern").
+executions (docs/design.md §4 "Behavior pattern").
 
 The agent calls `with_resources(summary, events, hardware)` when it writes a worker's summary,
 so the cross-worker stage (analyzer/signals/hardware.py) compares small numbers, never samples.

@@ -1,4 +1,4 @@
-"""The behavior pattern of one worker (DESIGN.md §4): one row per (function, category).
+"""The behavior pattern of one worker (docs/design.md §4): one row per (function, category).
 
 β(f) is the share of the window's time the critical path charges to f; the rows with idle
 ("<idle>", category "idle") sum to 1. Count and duration statistics describe the executions

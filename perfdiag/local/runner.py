@@ -1,6 +1,6 @@
 """A local run (`perfdiag run`, `perfdiag demo`): start the ranks with torchrun and the hook,
 capture one window, process it with the in-process agent, analyze, show the verdict, and let
-the training finish (DESIGN.md §2 "Local")."""
+the training finish (docs/design.md §2 "Local")."""
 
 from __future__ import annotations
 

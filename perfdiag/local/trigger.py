@@ -5,27 +5,14 @@ step, analyzed, and the watch starts again, up to --max-captures times."""
 from __future__ import annotations
 
 import time
-import uuid
-from datetime import datetime, timedelta, timezone
 
 from perfdiag.api import Plan
 from perfdiag.api.slowdown import SlowdownWatch
-from perfdiag.api.trigger import Slowdown, SlowdownRule
+from perfdiag.api.trigger import Slowdown
 from perfdiag.local.heartbeats import RankBeat
 from perfdiag.local.progress import Progress
 from perfdiag.local.window import POLL_S, WindowCoordinator
 from perfdiag.storage import Storage, layout, open_storage
-
-WATCH_PLAN_DAYS = 30  # a watch plan lasts as long as the training (its deadline only bounds it)
-
-
-def watch_plan(rule: SlowdownRule) -> Plan:
-    return Plan(
-        id=f"watch-{uuid.uuid4().hex[:12]}",
-        action="watch",
-        steps=rule.baseline_steps,
-        deadline=datetime.now(timezone.utc) + timedelta(days=WATCH_PLAN_DAYS),
-    )
 
 
 def capture_storage(root: Storage, index: int) -> Storage:

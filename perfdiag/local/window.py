@@ -4,13 +4,15 @@ each rank's window into its worker files as soon as the rank finishes it."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfdiag.api import Plan
-from perfdiag.api.plan import start_step_ahead
+from perfdiag.api.plan import start_step_ahead, watch_deadline
 from perfdiag.api.stall import StallPolicy
 from perfdiag.api.trigger import SlowdownRule
 from perfdiag.api.worker import WorkerStatus
@@ -156,8 +158,6 @@ class WindowCoordinator:
         step rate (1 ms or 10 s a step). With a slowdown trigger, a `watch` plan instead: the
         hooks report their mean step time and nothing is captured until the rule fires."""
         if self.settings.trigger is not None:
-            from perfdiag.local.trigger import watch_plan
-
             plan = watch_plan(self.settings.trigger)
             plan.write_atomic(self.plan_path)
             return plan
@@ -340,7 +340,7 @@ class WindowCoordinator:
     def _report_misalignment(self) -> None:
         """Say so when the ranks' windows did not begin at the same step: each hook picks the
         plan up on its own poll, and the late rank's window then holds its peers' trace export
-        as waiting time (DESIGN.md's synchronized window needs the plan to name a start step)."""
+        as waiting time (docs/design.md's synchronized window needs the plan to name a start step)."""
         plan = self.state.plan
         assert plan is not None
         starts: dict[int, int] = {}
@@ -452,3 +452,13 @@ def fitting_window(steps: int, warmup_steps: int, capture_steps: int) -> tuple[i
     warmup = max(1, min(warmup_steps, steps // 4))
     capture = min(capture_steps, steps - warmup - 1)
     return (warmup, capture) if capture >= 1 else None
+
+
+def watch_plan(rule: SlowdownRule) -> Plan:
+    """The `watch` plan of a run with a slowdown trigger: the hooks report their step times."""
+    return Plan(
+        id=f"watch-{uuid.uuid4().hex[:12]}",
+        action="watch",
+        steps=rule.baseline_steps,
+        deadline=watch_deadline(datetime.now(timezone.utc)),
+    )

@@ -1,4 +1,4 @@
-"""Storage for captures: one interface, local filesystem or S3-compatible (DESIGN.md §1, §3).
+"""Storage for captures: one interface, local filesystem or S3-compatible (docs/design.md §1, §3).
 
 URIs: `/path`, `relative/path`, `file:///path` or `s3://bucket/prefix`. Keys are relative,
 '/'-separated; writes are atomic and idempotent (same key, same bytes → same object).
@@ -10,8 +10,8 @@ from perfdiag.storage.base import (
     StorageError,
     StorageNotFound,
     StorageUnavailable,
-    open_storage,
 )
+from perfdiag.storage.uri import open_storage
 
 __all__ = [
     "Storage",

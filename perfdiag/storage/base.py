@@ -83,22 +83,3 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
         raise StorageError(f"invalid storage key {key!r}: keys are relative, '/'-separated paths")
     return key
-
-
-def open_storage(uri: str | Path) -> Storage:
-    """Open the storage a URI names. `s3://` reads credentials from the standard variables."""
-    text = str(uri)
-    if text.startswith("s3://"):
-        from perfdiag.storage.s3 import S3Storage
-
-        return S3Storage.from_uri(text)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    elif "://" in text:
-        scheme = text.split("://", 1)[0]
-        raise StorageError(
-            f"unsupported storage URI {text!r}: scheme {scheme!r} (use a path or s3://)"
-        )
-    from perfdiag.storage.local import LocalStorage
-
-    return LocalStorage(Path(text))

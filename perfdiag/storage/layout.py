@@ -1,4 +1,4 @@
-"""Keys of one diagnosis under its prefix (DESIGN.md §3). The only place they are spelled."""
+"""Keys of one diagnosis under its prefix (docs/design.md §3). The only place they are spelled."""
 
 from __future__ import annotations
 

@@ -249,7 +249,7 @@ def write_capture(
     drop: Sequence[int] = (),
     statuses: dict[int, WorkerStatus] | None = None,
 ) -> None:
-    """Write the DESIGN.md §3 layout: summary.parquet + status.json per worker."""
+    """Write the docs/design.md §3 layout: summary.parquet + status.json per worker."""
     rank_col = table.column("rank").to_numpy()
     now = 1_700_000_000.0
     for rank, meta in metas.items():

@@ -18,7 +18,7 @@ from perfdiag_testing.minio_server import MinioServer
 
 pytestmark = pytest.mark.cluster
 
-# Two ranks of a real job, from HTA's test data (../shared/traces/hta, DESIGN.md §6).
+# Two ranks of a real job, from HTA's test data (../shared/traces/hta, docs/design.md §6).
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "trace_filter"
 PERFDIAG = str(Path(sys.executable).with_name("perfdiag"))
 

@@ -1,5 +1,5 @@
 """A kubelet (and Job controller) for tests: runs the pods and Jobs of one namespace of the test
-control plane as local processes (DESIGN.md §6: "the suite plays kubelet for its few pods").
+control plane as local processes (docs/design.md §6: "the suite plays kubelet for its few pods").
 
 What it does, as the real ones would:
 - every pod gets its own loopback address 127.0.0.<n> (status.podIP), and env values naming
