@@ -4,8 +4,7 @@
 # once per machine by scripts/test-binaries.sh into ~/.cache/perfdiag/bin (see tests/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The environment links each module file (scripts/setup.sh): one added or moved since the last
-# setup is linked now. Nothing else is done when nothing changed.
+# Up to date first (scripts/setup.sh: nothing is done when nothing changed).
 scripts/setup.sh
 if [ -x scripts/test-binaries.sh ] && [ "${PERFDIAG_SKIP_CLUSTER_TESTS:-}" != 1 ]; then
   PERFDIAG_BIN_DIR=$(scripts/test-binaries.sh | tail -n 1)

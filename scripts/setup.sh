@@ -50,16 +50,17 @@ PY
 venv=${PERFDIAG_VENV:-$HOME/.cache/perfdiag/venv-$key}
 mkdir -p "$(dirname "$venv")"
 
-# The installed package is a tree of links to this checkout's files (setuptools' strict editable
-# mode: the component folders map into perfdiag/, and operator/ is a namespace folder, which
-# the lenient mode's import hook cannot resolve): a file added or removed makes a new one.
-package_files() {
-  find perfdiag operator collector analyzer -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort
+# The installed package is a tree of links to this checkout (setuptools' strict editable mode:
+# the component folders map into perfdiag/, and operator/ is a namespace folder, which the
+# lenient mode's import hook cannot resolve). Its folders are links to the checkout's folders
+# (build_own), so only an entry added to or removed from perfdiag/ itself makes a new one.
+package_entries() {
+  ls -a perfdiag | grep -v '^__pycache__$'
 }
 
 # This checkout's own environment: named by the shared one and by what the install builds, so
 # that a change to either makes a new one beside the old and swaps the `.venv` link to it.
-own=.venv-$( (echo "$venv"; cat pyproject.toml setup.py scripts/setup.sh perfdiag/engine/kineto/_scan.c; package_files) | sha256sum | cut -c1-12)
+own=.venv-$( (echo "$venv"; cat pyproject.toml setup.py scripts/setup.sh perfdiag/engine/kineto/_scan.c; package_entries) | sha256sum | cut -c1-12)
 
 # The shared environment's packages: the dependencies and the dev extra, never perfdiag itself
 # (a checkout's code is installed only into that checkout's environment).
@@ -101,6 +102,17 @@ build_own() {
     exit 1
   fi
   rm -f "$dir.install.log"
+  # setuptools links each file; each folder of the tree becomes a link to the checkout's folder
+  # instead, so that a module added or moved inside one is importable at once.
+  local tree sub name
+  tree=$(head -n 1 "$sp"/__editable__.perfdiag-*.pth)/perfdiag
+  for sub in "$tree"/*/; do
+    name=$(basename "$sub")
+    [ "$name" = __pycache__ ] && continue
+    if [ -d "perfdiag/$name" ]; then src=$root/perfdiag/$name; else src=$root/$name; fi
+    [ -d "$src" ] || { log "error: no folder $src for $sub"; exit 1; }
+    rm -rf "$sub" && ln -s "$src" "${sub%/}"
+  done
   for src in "$venv"/bin/*; do
     name=$(basename "$src")
     case "$name" in python* | activate* | Activate.ps1 | perfdiag) continue ;; esac

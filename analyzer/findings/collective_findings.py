@@ -16,7 +16,7 @@ import numpy as np
 from perfdiag.analyzer.compare.collectives import CollectiveAnalysis, SlowLink
 from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.findings.reported import MAX_RANKS_IN_EVIDENCE, Reported
-from perfdiag.analyzer.findings.text import NEXT_STEP, ms, pct, ranks_phrase
+from perfdiag.analyzer.text import NEXT_STEP, ms, pct, ranks_phrase
 from perfdiag.api.verdict import Finding
 
 

@@ -36,6 +36,7 @@ from perfdiag.analyzer.signals.cpu_cause import (
     held_back,
 )
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
+from perfdiag.analyzer.text import short
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.taxonomy import COMMUNICATION
 
@@ -320,7 +321,7 @@ def fuse(
                 # engine cannot be told from the wait for the gradient all-reduce in it.
                 result.contended_notes.append(
                     f"rank {worker.rank}: {worker.excess_ms:.1f} ms/step longer than its peers "
-                    f"inside {top.function}, where data parallelism waits for its gradient "
+                    f"inside {short(top.function)}, where data parallelism waits for its gradient "
                     "all-reduce; no CPU samples cover this window to tell work from that wait: "
                     "not named"
                 )
@@ -722,9 +723,7 @@ def _attribute(worker: SlowWorker, anomalies: list[ResourceAnomaly]) -> None:
             if (anomaly.function, anomaly.category) == (contributor.function, contributor.category):
                 worker.hardware = anomaly
                 worker.root_category = anomaly.hardware_category
-                worker.root_basis = (
-                    f"{anomaly.describe()} in {anomaly.function}: abnormal resource, not code"
-                )
+                worker.root_basis = f"{anomaly.describe()} in {short(anomaly.function)}: abnormal resource, not code"
                 return
 
 

@@ -18,8 +18,8 @@ from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.findings.fusion import Fusion
 from perfdiag.analyzer.findings.reported import Reported
-from perfdiag.analyzer.findings.text import format_ranks, ms, pct
 from perfdiag.analyzer.signals.host_usage import outside_communication
+from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.verdict import Finding
 

@@ -24,8 +24,8 @@ from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.compare.stats import peer_reference, robust_scale
 from perfdiag.analyzer.findings.fusion import Fusion
 from perfdiag.analyzer.findings.reported import Reported
-from perfdiag.analyzer.findings.text import NEXT_STEP, ms, pct
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
+from perfdiag.analyzer.text import NEXT_STEP, ms, pct
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.schema import OTHER_FUNCTION
 from perfdiag.api.verdict import Finding

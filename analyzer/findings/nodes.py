@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfdiag.analyzer.findings.reported import Reported
-from perfdiag.analyzer.findings.text import NEXT_STEP, format_ranks, ms, pct
+from perfdiag.analyzer.text import NEXT_STEP, format_ranks, ms, pct, short
 from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.verdict import Finding
 
@@ -110,7 +110,7 @@ def _node_finding(
         if excess and steps
         else ""
     )
-    cause = f"{category}" + (f", mostly {function}" if function else "")
+    cause = f"{category}" + (f", mostly {short(function)}" if function else "")
     message = (
         f"Node {host} is slow: {share} ({format_ranks(culprits)}) spend{amount}, all for one "
         f"cause ({cause})."

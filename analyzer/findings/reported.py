@@ -20,18 +20,19 @@ from perfdiag.analyzer.compare.features import (
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.findings.fusion import Contributor, Fusion, SlowWorker
 from perfdiag.analyzer.findings.rules import RangeViolation
-from perfdiag.analyzer.findings.text import (
+from perfdiag.analyzer.load.workers import WorkerAccount
+from perfdiag.analyzer.signals.hardware import ResourceAnomaly
+from perfdiag.analyzer.text import (
     NEXT_STEP,
     RANGE_NEXT_STEP,
     format_ranks,
     ms,
     pct,
     ranks_phrase,
+    short,
     what,
     what_inline,
 )
-from perfdiag.analyzer.load.workers import WorkerAccount
-from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 
@@ -143,7 +144,7 @@ def _slow_worker_finding(
         message += f" CPU: {lead.cpu.sentence}."
     victims = lead.victims
     if victims is not None:
-        where = f" in {victims.function}" if victims.function else " in communication"
+        where = f" in {short(victims.function)}" if victims.function else " in communication"
         message += f" {ranks_phrase(victims.ranks, capital=True)} wait for it{where}."
     message += f" Cause: {category} ({lead.root_basis}). Next: {NEXT_STEP.get(category, '')}."
     headline = (
@@ -159,7 +160,7 @@ def _slow_worker_finding(
     if lead.hardware is not None:
         headline += f", with {lead.hardware.describe()}: hardware"
     if victims is not None:
-        where = f" in {victims.function}" if victims.function else " in communication"
+        where = f" in {short(victims.function)}" if victims.function else " in communication"
         headline += f"; {ranks_phrase(victims.ranks)} wait for it{where}"
     evidence = {
         "workers": [_worker_evidence(w) for w in workers[:MAX_WORKERS_IN_EVIDENCE]],
@@ -218,7 +219,7 @@ def _function_anomaly(workers: list[SlowWorker], thresholds: Thresholds) -> Repo
         },
         message=message,
     )
-    headline = f"{top.function} takes {ms(top.excess_ms)}/step more on {ranks_phrase(ranks)}"
+    headline = f"{short(top.function)} takes {ms(top.excess_ms)}/step more on {ranks_phrase(ranks)}"
     return Reported(finding=finding, headline=headline + ".")
 
 
@@ -253,7 +254,7 @@ def communication_findings(fusion: Fusion) -> list[Reported]:
         category = outlier.hardware.hardware_category if outlier.hardware else "communication"
         top = outlier.top_function
         function = top.function if top is not None and is_named_function(top.function) else None
-        where = f", mostly in {function}" if function else ""
+        where = f", mostly in {short(function)}" if function else ""
         message = (
             f"Rank {outlier.rank} spends {ms(outlier.excess_ms)}/step more in communication than "
             f"its peers{where}, and its peers do not work longer to explain it "
@@ -302,7 +303,7 @@ def hardware_findings(
             excess = float(features.ms[pos, k] - np.median(others)) if len(others) else 0.0
         severity = float(np.clip(excess / step, 0.0, 1.0)) if step else 0.0
         message = (
-            f"{anomaly.describe()} while running {anomaly.function} ({anomaly.category}) on rank "
+            f"{anomaly.describe()} while running {short(anomaly.function)} ({anomaly.category}) on rank "
             f"{anomaly.rank}: the hardware, not the code, "
             f"{'costs ' + ms(excess) + '/step' if excess > 0 else 'deviates'}. "
             f"Next: {NEXT_STEP[anomaly.hardware_category]}."
@@ -316,7 +317,7 @@ def hardware_findings(
             evidence={**_anomaly_evidence(anomaly), "excess_ms_per_step": round(excess, 3)},
             message=message,
         )
-        headline = f"Rank {anomaly.rank}: {anomaly.describe()} in {anomaly.function}"
+        headline = f"Rank {anomaly.rank}: {anomaly.describe()} in {short(anomaly.function)}"
         out.append(Reported(finding=finding, headline=headline + "."))
     return out
 

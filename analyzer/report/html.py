@@ -13,7 +13,6 @@ import numpy as np
 from perfdiag import __version__
 from perfdiag.analyzer.compare.features import LEVEL_CATEGORY, LEVEL_FUNCTION
 from perfdiag.analyzer.findings.reported import Reported
-from perfdiag.analyzer.findings.text import format_ranks, ms, pct
 from perfdiag.analyzer.report.analysis import Analysis
 from perfdiag.analyzer.report.charts import (
     CULPRIT,
@@ -27,6 +26,7 @@ from perfdiag.analyzer.report.charts import (
     heatmap,
     stacked_bars,
 )
+from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.ranks import format_runs, merge_runs, run_count
 from perfdiag.api.verdict import RankRange, WorkerInfo
 
@@ -62,7 +62,7 @@ def render_report(analysis: Analysis) -> str:
         _workers_section(analysis),
         _details_section(analysis),
     ]
-    css = resources.files("perfdiag.analyzer").joinpath("report.css").read_text()
+    css = resources.files("perfdiag.analyzer.report").joinpath("report.css").read_text()
     title = f"perfdiag — {verdict.status}: {verdict.summary}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

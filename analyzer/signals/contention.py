@@ -28,6 +28,7 @@ from perfdiag.analyzer.compare.features import Features, waiting_rows
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.signals.cpu_cause import peer_median
 from perfdiag.analyzer.signals.hardware import HEALTHY_PEER_FLOOR, ResourceAnomaly
+from perfdiag.analyzer.text import short
 
 CPU_RESOURCE = "cpu_run_fraction"
 
@@ -128,7 +129,7 @@ def without_chance_cpu_anomalies(
         worst = min(chance, key=lambda a: a.deviation)
         more = f" and {len(chance) - 1} other function(s)" if len(chance) > 1 else ""
         notes.append(
-            f"rank {rank}: {worst.describe()} in {worst.function}{more}, but it runs on an "
+            f"rank {rank}: {worst.describe()} in {short(worst.function)}{more}, but it runs on an "
             f"oversubscribed host (its peers get a CPU {share:.0%} of the time they are "
             "runnable): not attributed to the hardware"
         )

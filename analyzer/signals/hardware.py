@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.compare.stats import peer_reference, robust_scale
+from perfdiag.analyzer.text import short
 from perfdiag.analyzer.thresholds import Thresholds
 
 # Resource name fragments → (finding category, True when lower values are worse).
@@ -167,7 +168,7 @@ def without_shared_host_resources(
         if anomaly.resource in HOST_WIDE_RESOURCES and (host is None or per_host[host] > 1):
             where = f"host {host}" if host else "an unnamed host"
             notes.append(
-                f"rank {anomaly.rank}: {anomaly.describe()} in {anomaly.function}, but {where} "
+                f"rank {anomaly.rank}: {anomaly.describe()} in {short(anomaly.function)}, but {where} "
                 "runs several ranks that share its NIC counters: not attributed to the rank"
             )
             continue

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perfdiag.local.errors import CliError
+
 
 @dataclass(frozen=True)
 class TorchrunOption:
@@ -133,8 +135,6 @@ def target_from(args: argparse.Namespace) -> LaunchTarget:
     if words and words[0] == "--":
         words = words[1:]
     if not words:
-        from perfdiag.local.errors import CliError
-
         raise CliError(
             "no training script given: perfdiag run [OPTIONS] -- train.py [SCRIPT ARGS]", 2
         )
@@ -152,8 +152,6 @@ def nnodes_max(args: argparse.Namespace) -> int:
     try:
         return int(str(value).split(":")[-1])
     except ValueError:
-        from perfdiag.local.errors import CliError
-
         raise CliError(f"--nnodes {value!r}: expected N or MIN:MAX", 2) from None
 
 
@@ -168,12 +166,8 @@ def local_world_size(args: argparse.Namespace) -> int:
         try:
             count = int(determine_local_world_size(value))
         except ValueError as exc:
-            from perfdiag.local.errors import CliError
-
             raise CliError(f"--nproc-per-node {value!r}: {exc}", 2) from None
     if count < 1:
-        from perfdiag.local.errors import CliError
-
         raise CliError(f"--nproc-per-node {value!r}: must be at least 1", 2)
     return count
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from perfdiag.analyzer.text import short
 from perfdiag.api import Verdict
 from perfdiag.api.ranks import runs_phrase
 from perfdiag.local.terminal import safe_text
@@ -48,7 +49,7 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
         lines.append("  findings (most severe first):")
         for index, finding in enumerate(verdict.findings[:_MAX_FINDINGS], start=1):
             ranks = ",".join(str(rank) for rank in finding.ranks) or "-"
-            where = f" {finding.function}" if finding.function else ""
+            where = f" {short(finding.function)}" if finding.function else ""
             head = (
                 f"{index}. {finding.kind} · {finding.category} · rank {ranks} · "
                 f"severity {finding.severity:.2f}{where}"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from perfdiag.analyzer.compare.features import is_collective_wait
 from perfdiag.analyzer.compare.stats import LEAVE_ONE_OUT_MAX, peer_reference, robust_scale
-from perfdiag.analyzer.findings.text import format_ranks, pct, ranks_phrase
+from perfdiag.analyzer.text import MAX_NAME, format_ranks, pct, ranks_phrase, short, what
 from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
 
 
@@ -117,3 +117,21 @@ def test_collective_waits_are_recognised() -> None:
     assert is_collective_wait(name)
     assert not is_collective_wait("threading.py(320): wait")
     assert not is_collective_wait(None)
+
+
+KERNEL = (
+    "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1"
+    "<float, float, float, 5ul>("
+    + ", ".join(["at::GenericPackedTensorAccessor<float, 2ul, at::RestrictPtrTraits, int>"] * 20)
+    + ", bool, at::PhiloxCudaState, FixedDivisor, float, float, float, long)"
+)
+
+
+def test_a_kernels_template_arguments_and_parameters_are_folded_in_sentences() -> None:
+    name = short(KERNEL)
+    assert name == (
+        "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<…>(…)"
+    )
+    assert what(KERNEL, "gpu_compute") == f"{name} (gpu_compute)"
+    assert short("aten::mm") == "aten::mm"  # short names stay whole
+    assert len(short("x" * 500)) == MAX_NAME

@@ -72,6 +72,32 @@ def pct(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
 
 
+MAX_NAME = 100
+"""Longest function name written into a sentence; verdict.json's evidence keeps the whole name."""
+
+
+def short(function: str) -> str:
+    """A function's name as a sentence shows it: a C++ kernel's template arguments and
+    parameters (often thousands of characters) folded to `<…>` and `(…)`, then cut to MAX_NAME."""
+    if len(function) <= MAX_NAME:
+        return function
+    out: list[str] = []
+    depth = 0
+    for char in function:
+        if char in "<(":
+            if depth == 0:
+                out.append(char + "…")
+            depth += 1
+        elif char in ">)" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(char)
+        elif depth == 0:
+            out.append(char)
+    folded = "".join(out)
+    return folded if len(folded) <= MAX_NAME else folded[: MAX_NAME - 1] + "…"
+
+
 def what(function: str | None, category: str) -> str:
     """How to name a contributor: a function with its category, or the category's time."""
     if category == IDLE or function == IDLE_FUNCTION:
@@ -80,7 +106,7 @@ def what(function: str | None, category: str) -> str:
         return f"{category} time"
     if function == OTHER_FUNCTION:
         return f"other (small) {category} functions"
-    return f"{function} ({category})"
+    return f"{short(function)} ({category})"
 
 
 _KIND_OF_FUNCTION = {
@@ -99,4 +125,4 @@ def what_inline(function: str | None, category: str) -> str:
     """A contributor named inside a sentence: 'Python function train.py(57): tokenize'."""
     if category == IDLE or function is None or function in (IDLE_FUNCTION, OTHER_FUNCTION):
         return what(function, category)
-    return f"{_KIND_OF_FUNCTION.get(category, category)} {function}"
+    return f"{_KIND_OF_FUNCTION.get(category, category)} {short(function)}"
