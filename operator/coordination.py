@@ -61,13 +61,7 @@ from perfdiag.operator.settings import (
 )
 from perfdiag.operator.status import READY, RECONCILING, STALLED, Desired, Event, merge_conditions
 from perfdiag.slowdown import StepReport, Track, advance_job, job_report
-from perfdiag.stall import (
-    DEFAULT_MIN_S,
-    DEFAULT_STEP_FACTOR,
-    StallPolicy,
-    progress_from_mapping,
-    stuck_ranks,
-)
+from perfdiag.stall import StallPolicy, progress_from_mapping, stuck_ranks
 from perfdiag.storage import layout
 
 DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagnosis wrote it
@@ -634,10 +628,9 @@ def _still_watching(
 def stall_policy(spec: PerfDiagnosisSpec) -> StallPolicy:
     """The analyzer's stuck rule (perfdiag.stall) with the diagnosis' thresholds; the analyzer
     Job gets the same thresholds, so both call the same ranks stuck."""
-    analysis = spec.analysis
+    thresholds = spec.analysis.thresholds()
     return StallPolicy(
-        min_s=analysis.stuck_after_seconds or DEFAULT_MIN_S,
-        step_factor=analysis.stuck_after_steps or DEFAULT_STEP_FACTOR,
+        min_s=thresholds.stuck_after_seconds, step_factor=thresholds.stuck_after_steps
     )
 
 
