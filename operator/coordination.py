@@ -136,10 +136,6 @@ def expected_ranks(pods: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
-def pod_names(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    return sorted(str(p["metadata"]["name"]) for p in pods)
-
-
 @dataclass(frozen=True)
 class World:
     """What the reconciler read for one pass."""
