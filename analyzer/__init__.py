@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from perfdiag.analyzer.errors import AnalyzerError, CaptureError, NoCaptureError
-from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
+from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 
 if TYPE_CHECKING:
     from perfdiag.api.verdict import Verdict

@@ -19,7 +19,10 @@ from perfdiag.analyzer.findings.collective_findings import (
 )
 from perfdiag.analyzer.findings.fusion import Fusion, fuse
 from perfdiag.analyzer.findings.imbalance import imbalance_findings
-from perfdiag.analyzer.findings.kernel_speed import kernel_speed_anomalies, kernel_speed_findings
+from perfdiag.analyzer.findings.kernel_speed import (
+    kernel_speed_anomalies,
+    kernel_speed_findings,
+)
 from perfdiag.analyzer.findings.nodes import slow_node_findings
 from perfdiag.analyzer.findings.reported import (
     communication_findings,
@@ -48,9 +51,9 @@ from perfdiag.analyzer.signals.user_frame import (
     is_user_frame,
     user_frame,
 )
-from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.breakdown import Breakdown
 from perfdiag.api.schema import WorkerMeta
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Verdict
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout, open_storage
 

@@ -76,9 +76,11 @@ MAX_NAME = 100
 """Longest function name written into a sentence; verdict.json's evidence keeps the whole name."""
 
 
-def short(function: str) -> str:
+def short(function: str | None) -> str:
     """A function's name as a sentence shows it: a C++ kernel's template arguments and
     parameters (often thousands of characters) folded to `<…>` and `(…)`, then cut to MAX_NAME."""
+    if function is None:
+        return ""
     if len(function) <= MAX_NAME:
         return function
     out: list[str] = []

@@ -50,13 +50,7 @@ from perfdiag.api.diagnosis import (
 )
 from perfdiag.api.plan import Plan, start_step_ahead, watch_deadline
 from perfdiag.api.slowdown import StepReport, Track, advance_job, job_report
-from perfdiag.api.stall import (
-    DEFAULT_MIN_S,
-    DEFAULT_STEP_FACTOR,
-    StallPolicy,
-    progress_from_mapping,
-    stuck_ranks,
-)
+from perfdiag.api.stall import StallPolicy, progress_from_mapping, stuck_ranks
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
@@ -137,10 +131,6 @@ def expected_ranks(pods: Sequence[Mapping[str, Any]]) -> int:
         value = next((v.get("value") for v in env if v.get("name") == "PET_NPROC_PER_NODE"), None)
         total += int(value) if isinstance(value, str) and value.isdigit() else 1
     return total
-
-
-def pod_names(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    return sorted(str(p["metadata"]["name"]) for p in pods)
 
 
 @dataclass(frozen=True)
@@ -631,10 +621,9 @@ def _still_watching(
 def stall_policy(spec: PerfDiagnosisSpec) -> StallPolicy:
     """The analyzer's stuck rule (perfdiag.api.stall) with the diagnosis' thresholds; the analyzer
     Job gets the same thresholds, so both call the same ranks stuck."""
-    analysis = spec.analysis
+    thresholds = spec.analysis.thresholds()
     return StallPolicy(
-        min_s=analysis.stuck_after_seconds or DEFAULT_MIN_S,
-        step_factor=analysis.stuck_after_steps or DEFAULT_STEP_FACTOR,
+        min_s=thresholds.stuck_after_seconds, step_factor=thresholds.stuck_after_steps
     )
 
 

@@ -35,11 +35,6 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 TARGET_RESOLVED = "TargetResolved"
-OWN_CONDITIONS = (READY, RECONCILING, STALLED, TARGET_RESOLVED)
-
-# Phases after Pending belong to the capture and analysis controllers; in them this module only
-# keeps TargetResolved and observedGeneration current.
-PHASE_ORDER = ("Pending", "Watching", "Capturing", "Analyzing", "Succeeded", "Failed")
 
 
 @dataclass(frozen=True)

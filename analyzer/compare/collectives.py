@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.compare.stats import peer_reference, robust_scale
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 
 MIN_ALIGNED_SHARE = 0.9
 """Share of instances whose calls overlap in time across ranks for the clocks to be trusted."""

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from perfdiag.analyzer.compare.features import Features, per_step_ms
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.compare.stats import peer_reference, robust_scale
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 
 MIN_STEPS_FOR_PERSISTENCE = 3
 """With fewer steps persistence cannot be judged; window-level outliers stand (and say so)."""

@@ -37,8 +37,8 @@ from perfdiag.analyzer.signals.cpu_cause import (
 )
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.analyzer.text import short
-from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.taxonomy import COMMUNICATION
+from perfdiag.api.thresholds import Thresholds
 
 TOP_CONTRIBUTORS = 5
 HOLDS_SHARE = 0.5

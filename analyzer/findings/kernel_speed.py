@@ -26,8 +26,8 @@ from perfdiag.analyzer.findings.fusion import Fusion
 from perfdiag.analyzer.findings.reported import Reported
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.analyzer.text import NEXT_STEP, ms, pct
-from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.schema import OTHER_FUNCTION
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 
 RESOURCE = "gpu_kernel_speed"

@@ -33,7 +33,7 @@ from perfdiag.analyzer.text import (
     what,
     what_inline,
 )
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 
 MAX_WORKERS_IN_EVIDENCE = 20

@@ -26,8 +26,8 @@ from perfdiag.analyzer.compare.features import (
 from perfdiag.analyzer.compare.outliers import MIN_STEPS_FOR_PERSISTENCE
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.findings.fusion import Fusion
-from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
 from perfdiag.api.taxonomy import COMMUNICATION
+from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 
 TOP_FUNCTIONS = 5
 

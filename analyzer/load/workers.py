@@ -20,7 +20,6 @@ from typing import Any
 
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.hang import HangDiagnosis, diagnose_hang, read_flight_recorder
-from perfdiag.analyzer.thresholds import Thresholds
 from perfdiag.api.limits import MAX_RANKS, rank_problem
 from perfdiag.api.ranks import rank_runs
 from perfdiag.api.stall import (
@@ -30,6 +29,7 @@ from perfdiag.api.stall import (
     StuckRank,
     stuck_ranks,
 )
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import RankRange, WorkerInfo
 from perfdiag.api.worker import WorkerStatus
 

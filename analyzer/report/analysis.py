@@ -14,7 +14,7 @@ from perfdiag.analyzer.findings.rules import RangeViolation
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.workers import WorkerAccount
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Verdict
 
 

@@ -28,7 +28,6 @@ CATEGORY_COLORS: dict[str, str] = {
 FALLBACK_COLOR = "#8c8c8c"
 NORMAL = "#4e79a7"
 CULPRIT = "#d62728"
-VICTIM = "#f28e2b"
 MISSING = "#bdbdbd"
 STUCK = "#7b3294"
 FONT = 12

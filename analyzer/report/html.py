@@ -62,7 +62,7 @@ def render_report(analysis: Analysis) -> str:
         _workers_section(analysis),
         _details_section(analysis),
     ]
-    css = resources.files("perfdiag.analyzer.report").joinpath("report.css").read_text()
+    css = resources.files("perfdiag.analyzer.report.html").joinpath("report.css").read_text()
     title = f"perfdiag — {verdict.status}: {verdict.summary}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -9,7 +9,7 @@ from perfdiag.analyzer.findings.reported import Reported
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.workers import WorkerAccount, missing_ranges, worker_infos
 from perfdiag.analyzer.text import ms, pct, ranks_phrase
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import StepTimes as StepTimesModel
 from perfdiag.api.verdict import Verdict, VerdictStatus, WindowInfo
 

@@ -21,7 +21,7 @@ from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.compare.stats import peer_reference, robust_scale
 from perfdiag.analyzer.text import short
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 
 # Resource name fragments → (finding category, True when lower values are worse).
 _RESOURCE_RULES: tuple[tuple[str, str, bool], ...] = (

@@ -10,13 +10,15 @@ also rejected by `PerfDiagnosisSpec.model_validate`; tests/api/ keeps the two in
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
 from perfdiag.api.plan import MAX_CAPTURE_STEPS, Activity
+from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 from perfdiag.api.trigger import (
     DEFAULT_BASELINE_STEPS,
     MAX_BASELINE_STEPS,
@@ -318,86 +320,54 @@ class StorageOverride(CrdModel):
     )
 
 
-def _unset(description: str, **bounds: Any) -> Any:
-    """An analysis threshold: optional, no default here (the analyzer's default applies)."""
-    return Field(default=None, description=f"{description} Analyzer default when unset.", **bounds)
+def _unset_fields(
+    model: type[BaseModel],
+    name: str,
+    doc: str,
+    nested: dict[type[BaseModel], type[CrdModel]] | None = None,
+) -> type[CrdModel]:
+    """The CRD model `name` with the fields of `model` (same names, bounds and descriptions),
+    optional and without a default: the analyzer applies its own default to what is unset. A
+    field holding a model of `nested` holds that model's CRD model instead."""
+    fields: dict[str, Any] = {}
+    for field, info in model.model_fields.items():
+        annotation: Any = info.annotation
+        if nested and annotation in nested:
+            annotation, description = nested[annotation], info.description
+        else:
+            description = f"{info.description} Analyzer default when unset."
+        # The bounds as Field's arguments (annotated_types names them alike: ge, gt, le…).
+        bounds = {key: value for item in info.metadata for key, value in asdict(item).items()}
+        fields[field] = (annotation | None, Field(None, description=description, **bounds))
+    return create_model(name, __base__=CrdModel, __doc__=doc, __module__=__name__, **fields)
 
 
-class ExpectedRangesOverride(CrdModel):
+ExpectedRangesOverride = _unset_fields(
+    ExpectedRanges,
+    "ExpectedRangesOverride",
     """Upper bounds of β (fraction of window time on the critical path) per category; a
     category above its bound on most ranks is a job-wide expected_range finding. 1 means no
-    bound. Mirrors perfdiag.analyzer.thresholds.ExpectedRanges."""
+    bound. The fields of perfdiag.api.thresholds.ExpectedRanges, each optional.""",
+)
 
-    python: float | None = _unset("Bound for Python.", ge=0.0, le=1.0)
-    gc: float | None = _unset("Bound for garbage collection.", ge=0.0, le=1.0)
-    dataloader: float | None = _unset("Bound for data loading.", ge=0.0, le=1.0)
-    cuda_runtime: float | None = _unset("Bound for the CUDA runtime.", ge=0.0, le=1.0)
-    communication: float | None = _unset("Bound for communication.", ge=0.0, le=1.0)
+if TYPE_CHECKING:  # the fields are made at run time: statically, the model without them
+    _AnalysisFields = CrdModel
+else:
+    _AnalysisFields = _unset_fields(
+        Thresholds,
+        "AnalysisFields",
+        "The fields of perfdiag.api.thresholds.Thresholds, each optional.",
+        {ExpectedRanges: ExpectedRangesOverride},
+    )
 
 
-class Analysis(CrdModel):
-    """Thresholds of the analysis; an unset field uses the analyzer's default. Mirrors
-    perfdiag.analyzer.thresholds.Thresholds (a test keeps the two in agreement)."""
+class Analysis(_AnalysisFields):
+    """Thresholds of the analysis: the fields of perfdiag.api.thresholds.Thresholds, each
+    optional; an unset field uses the analyzer's default."""
 
-    report_severity: float | None = _unset(
-        "Findings below this severity (fraction of step time lost) are not reported.",
-        ge=0.0,
-        le=1.0,
-    )
-    min_excess_fraction: float | None = _unset(
-        "Materiality: excess over peers' median, as a fraction of the step time.", gt=0.0, le=1.0
-    )
-    min_robust_z: float | None = _unset(
-        "Robust z-score (median/MAD) an outlier must reach.", gt=0.0
-    )
-    min_ratio: float | None = _unset("Ratio of a rank's time to its peers' median.", ge=1.0)
-    noise_floor: float | None = _unset(
-        "Smallest spread assumed, as a fraction of the peers' median (run-to-run jitter).", ge=0.0
-    )
-    min_persistence: float | None = _unset(
-        "Fraction of the window's steps in which an outlier must show.", gt=0.0, le=1.0
-    )
-    step_excess_factor: float | None = _unset(
-        "A step counts as outlying when its excess reaches this share of the materiality "
-        "threshold.",
-        gt=0.0,
-        le=1.0,
-    )
-    dominant_function_share: float | None = _unset(
-        "A slow worker's top function is also reported as a function_anomaly when it accounts "
-        "for at least this share of the worker's excess.",
-        gt=0.0,
-        le=1.0,
-    )
-    expected_range_rank_fraction: float | None = _unset(
-        "Share of ranks that must exceed a category's expected range for a job-wide "
-        "expected_range finding.",
-        gt=0.0,
-        le=1.0,
-    )
-    expected_ranges_gpu: ExpectedRangesOverride | None = Field(
-        default=None, description="Expected ranges for jobs with GPUs."
-    )
-    expected_ranges_cpu: ExpectedRangesOverride | None = Field(
-        default=None, description="Expected ranges for CPU-only jobs."
-    )
-    hardware_min_deviation: float | None = _unset(
-        "Relative deviation of a governing resource's mean (clock, bandwidth) from peers that "
-        "counts as abnormal.",
-        gt=0.0,
-    )
-    role_split_jaccard: float | None = _unset(
-        "Ranks whose sets of significant functions are less similar than this (Jaccard) form "
-        "different peer groups (roles).",
-        gt=0.0,
-        le=1.0,
-    )
-    stuck_after_seconds: float | None = _unset(
-        "A live worker whose step has not advanced for this long is stuck.", gt=0.0
-    )
-    stuck_after_steps: float | None = _unset(
-        "... or for this many median step times, whichever is longer.", gt=0.0
-    )
+    def thresholds(self) -> Thresholds:
+        """The thresholds the analyzer applies: these, and its defaults for the unset ones."""
+        return Thresholds.model_validate(self.to_wire())
 
 
 class SlowdownTrigger(CrdModel):

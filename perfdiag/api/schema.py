@@ -10,9 +10,7 @@ meaning of a column bumps it, and readers reject versions they do not know.
 events.parquet  (perfdiag.events/v1) — one row per complete event of the window
   rank          int32    global rank
   name          string   event name (kernel, aten op, Python frame "file.py(12): fn", …)
-  category      string   taxonomy category (docs/design.md §4): gpu_compute, gpu_memory,
-                         communication, cuda_runtime, python, cpu_op, dataloader, gc,
-                         annotation (user ranges such as ProfilerStep#N), other
+  category      string   taxonomy category (docs/design.md §4): one of `CATEGORIES` below
   kineto_cat    string   the source category as Kineto wrote it ("kernel", "cpu_op", …; "gc"
                          for the hook's own GC records)
   ts_ns         int64    start, nanoseconds on the trace clock
@@ -71,10 +69,12 @@ one metric of one device (docs/hardware.md lists the metrics, units and rates).
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, get_args
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
+
+from perfdiag.api.verdict import WorkCategory
 
 EVENTS_SCHEMA_ID = "perfdiag.events/v1"
 SUMMARY_SCHEMA_ID = "perfdiag.engine.summary/v1"
@@ -83,19 +83,11 @@ HARDWARE_SCHEMA_ID = "perfdiag.hardware/v1"
 META_SCHEMA = b"perfdiag.api.schema"
 META_WORKER = b"perfdiag.worker"
 
-Category = Literal[
-    "gpu_compute",
-    "gpu_memory",
-    "communication",
-    "cuda_runtime",
-    "python",
-    "cpu_op",
-    "dataloader",
-    "gc",
-    "annotation",
-    "other",
-]
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+Category = Literal[WorkCategory, "annotation", "other"]
+"""An event's taxonomy category: a kind of work (perfdiag.api.verdict.WorkCategory),
+`annotation` (a user's or the profiler's range, such as ProfilerStep#N, that its name does not
+place) or `other`."""
+CATEGORIES: tuple[Category, ...] = get_args(Category)
 IDLE = "idle"
 OTHER_FUNCTION = "<other>"
 IDLE_FUNCTION = "<idle>"

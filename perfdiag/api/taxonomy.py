@@ -27,6 +27,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag.api.schema import CATEGORIES
+
 # Kineto category → how perfdiag reads it. None: not a duration event (flows, instants,
 # metadata), dropped on import.
 KINETO_CATEGORIES: dict[str, str | None] = {
@@ -185,22 +187,8 @@ def _lower(values: pa.Array) -> list[str]:
     return [str(v).lower() for v in values.to_pylist()]
 
 
-_CATEGORY_NAMES = pa.array(
-    [
-        "other",
-        "gpu_compute",
-        "communication",
-        "gpu_memory",
-        "cuda_runtime",
-        "python",
-        "dataloader",
-        "gc",
-        "cpu_op",
-        "annotation",
-    ],
-    pa.string(),
-)
-_CODE = {name: code for code, name in enumerate(_CATEGORY_NAMES.to_pylist())}
+_CATEGORY_NAMES = pa.array(CATEGORIES, pa.string())
+_CODE = {name: code for code, name in enumerate(CATEGORIES)}
 
 
 def categorize(kineto_cat: Column | Distinct, name: Column | Distinct) -> pa.Array:
@@ -214,7 +202,7 @@ def categorize(kineto_cat: Column | Distinct, name: Column | Distinct) -> pa.Arr
     def name_is(pattern: str) -> BoolArray:
         return names.mask(_matches(names.values, pattern))
 
-    code = np.zeros(len(cats.codes), dtype=np.int8)
+    code = np.full(len(cats.codes), _CODE["other"], dtype=np.int8)
     kernel = cat_is("kernel")
     code[kernel] = _CODE["gpu_compute"]
     code[kernel & name_is(_NCCL_KERNEL)] = _CODE["communication"]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfdiag.api.ranks import Run, merge_runs, rank_runs
 from perfdiag.api.trigger import Slowdown
 
-VERDICT_SCHEMA = "perfdiag.verdict/v1"
+VerdictSchema = Literal["perfdiag.verdict/v1"]
+VERDICT_SCHEMA: VerdictSchema = get_args(VerdictSchema)[0]
 
 VerdictStatus = Literal["healthy", "degraded", "hang", "incomplete"]
 WorkerState = Literal["ok", "missing", "stuck"]
@@ -23,7 +24,7 @@ FindingKind = Literal[
     "imbalance",
     "slow_node",  # added in v1: most ranks of one machine slow together, for one cause
 ]
-FindingCategory = Literal[
+WorkCategory = Literal[
     "gpu_compute",
     "gpu_memory",
     "communication",
@@ -32,10 +33,14 @@ FindingCategory = Literal[
     "cpu_op",
     "dataloader",
     "gc",
-    "host",
-    "gpu_hardware",
-    "network",
 ]
+"""Taxonomy categories of the work an event is charged to on the critical path (DESIGN.md §4,
+perfdiag.api.taxonomy), each one a cause a finding can name; perfdiag.api.schema.Category adds those of
+the events that are no known kind of work."""
+FindingCategory = Literal[WorkCategory, "host", "gpu_hardware", "network"]
+"""What a finding blames: a category of work, or the host, GPU or network beneath it. Its order
+is the CRD's (status.verdict.topFindings[].category)."""
+FINDING_CATEGORIES: tuple[FindingCategory, ...] = get_args(FindingCategory)
 
 
 class StepTimes(BaseModel):
@@ -103,7 +108,7 @@ class Finding(BaseModel):
 
 
 class Verdict(BaseModel):
-    schema_: Literal["perfdiag.verdict/v1"] = Field(default="perfdiag.verdict/v1", alias="schema")
+    schema_: VerdictSchema = Field(default=VERDICT_SCHEMA, alias="schema")
     status: VerdictStatus
     summary: str
     window: WindowInfo

@@ -18,7 +18,7 @@ from perfdiag.local.verdict_text import render_verdict
 from perfdiag.storage import Storage, StorageError, open_storage
 
 if TYPE_CHECKING:
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
 
 EXIT_NO_CAPTURE = 5
 
@@ -136,7 +136,7 @@ def _main(args: argparse.Namespace) -> int:
 def _thresholds(text: str) -> Thresholds:
     from pydantic import ValidationError
 
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
 
     try:
         return Thresholds.model_validate_json(text)

@@ -123,7 +123,7 @@ def _run_demo(
     script_args: list[str],
     stop_file: Path,
 ) -> int:
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
     from perfdiag.local.runner import LocalRun, run_local
     from perfdiag.local.torchrun import LaunchTarget
 

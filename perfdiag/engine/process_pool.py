@@ -1,7 +1,7 @@
 """An ordered map over child interpreters, for CPU work that holds the GIL.
 
 The standard library's process pools either fork (copying the threads and locks of a process
-that may hold them: the analyzer runs thread pools, DuckDB and Arrow) or spawn, which runs the
+that may hold them: the analyzer runs its own thread pools and Arrow's) or spawn, which runs the
 caller's `__main__` again in every child: a script without an `if __name__ == "__main__":`
 guard would run twice. Here each child is a fresh `python -m perfdiag.engine.process_pool` that
 imports only the function's module, reads pickled tasks on stdin and writes pickled results on

@@ -35,7 +35,7 @@ from perfdiag.local.window import (
 from perfdiag.storage import Storage, StorageError, layout
 
 if TYPE_CHECKING:
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
 
 EXIT_TRAINING_FAILED = 3
 EXIT_WINDOW_INCOMPLETE = 4
@@ -458,7 +458,7 @@ def _diagnose_hang(
 ) -> NoReturn:
     """A rank stopped advancing: dump every rank's stacks, analyze, print the `hang` verdict,
     stop the training and exit EXIT_HANG (instead of waiting for it forever)."""
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
 
     stuck = sorted(hang.stuck.values(), key=lambda s: s.rank)
     progress(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfdiag.local.errors import CliError
@@ -189,7 +188,3 @@ def torchrun_argv(args: argparse.Namespace, target: LaunchTarget) -> list[str]:
         elif not option.takes_value and value:
             argv.append(option.flags[0])
     return [*argv, target.entry, *target.args]
-
-
-def option_flags() -> Sequence[str]:
-    return [flag for option in TORCHRUN_OPTIONS for flag in option.flags]

@@ -6,7 +6,7 @@ import pytest
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.analysis import Analysis
-from perfdiag.analyzer.thresholds import Thresholds
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 from tests.analyzer.conftest import COMM, GPU_COMM, Fault, SyntheticJob, capture_of
 

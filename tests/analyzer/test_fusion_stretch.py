@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from perfdiag.analyzer.compare.features import LEVEL_FUNCTION, Features, StepTimes, build_features
+from perfdiag.analyzer.compare.features import (
+    LEVEL_FUNCTION,
+    Features,
+    StepTimes,
+    build_features,
+)
 from perfdiag.analyzer.findings.fusion import (
     Contributor,
     SlowWorker,

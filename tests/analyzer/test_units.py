@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from perfdiag.analyzer.compare.features import is_collective_wait
 from perfdiag.analyzer.compare.stats import LEAVE_ONE_OUT_MAX, peer_reference, robust_scale
 from perfdiag.analyzer.text import MAX_NAME, format_ranks, pct, ranks_phrase, short, what
-from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
+from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 
 
 def test_leave_one_out_keeps_a_single_outlier_from_hiding_itself() -> None:

@@ -130,7 +130,7 @@ def test_status_round_trip_tolerates_unknown_fields() -> None:
 
 def test_analysis_mirrors_the_analyzer_thresholds() -> None:
     """spec.analysis is handed to the analyzer as its Thresholds: same names, same bounds."""
-    from perfdiag.analyzer.thresholds import ExpectedRanges, Thresholds
+    from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 
     for mirror, original in ((Analysis, Thresholds), (ExpectedRangesOverride, ExpectedRanges)):
         assert set(mirror.model_fields) == set(original.model_fields), mirror.__name__
@@ -156,5 +156,11 @@ def test_analysis_mirrors_the_analyzer_thresholds() -> None:
     thresholds = Thresholds.model_validate(analysis.to_wire())
     assert thresholds.report_severity == 0.5
     assert thresholds.expected_ranges_gpu.python == 0.02
+    assert analysis.thresholds() == thresholds
     # Unset fields keep the analyzer's defaults.
     assert Thresholds.model_validate(Analysis().to_wire()) == Thresholds()
+    assert Analysis().thresholds() == Thresholds()
+    # One description each: the CRD's is the analyzer's, saying that unset means its default.
+    for name, field in Thresholds.model_fields.items():
+        assert field.description, name
+        assert (Analysis.model_fields[name].description or "").startswith(field.description)

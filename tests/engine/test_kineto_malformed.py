@@ -364,8 +364,8 @@ def test_the_fast_reader_gives_the_same_table_in_any_piece_size(
     assert pieces.header == whole.header
 
 
-# The fast reader gets every field as DuckDB hands it over and checks its JSON type; a value
-# of another type sends the file to the general reader, so the result is the general reader's.
+# The fast reader's C scanner checks every field's JSON type as it reads it; a value of another
+# type sends the file to the general reader, so the result is the general reader's.
 _EVENT = '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 3'
 TYPE_CASES = {
     "integer written as a float": (_EVENT.replace('"pid": 1', '"pid": 1.0') + "}", False),

@@ -269,7 +269,7 @@ def test_a_stack_dump_at_the_same_step_is_newer_evidence_than_the_status(tmp_pat
     import time
 
     from perfdiag.analyzer import analyze
-    from perfdiag.analyzer.thresholds import Thresholds
+    from perfdiag.api.thresholds import Thresholds
     from perfdiag.api.worker import WorkerStatus
     from perfdiag.storage import layout
     from perfdiag.storage.local import LocalStorage

@@ -1,6 +1,7 @@
 """The end-to-end setting, shared by tests/operator/test_e2e*.py: the real control plane and
 MinIO, the operator (with its pod webhook) in-process, the Kubeflow example PyTorchJob with an
-injected slow rank, and the suite playing the training operator and the kubelet."""
+injected slow rank, and the suite playing the training operator and the kubelet; and what the
+tests do with a PerfDiagnosis there (apply it, wait for a phase, a condition, Ready)."""
 
 from __future__ import annotations
 
@@ -213,3 +214,74 @@ def wait_webhook(cluster: Any, ns: str) -> None:
         return bool(pod.spec.init_containers)
 
     cluster.wait_for(probe, "the pod webhook", timeout=60)
+
+
+@contextmanager
+def serving_operator(cluster: Any, ns: str) -> Iterator[None]:
+    """The operator in-process, once the apiserver calls its pod webhook."""
+    with cluster.operator(ns):
+        wait_webhook(cluster, ns)
+        yield
+
+
+def apply_diagnosis(cluster: Any, ns: str, name: str, job: str, **spec: Any) -> None:
+    """`kubectl apply` of the PerfDiagnosis `name` of the PyTorchJob `job`; `spec`: the rest of
+    its spec (capture, analysis, trigger…)."""
+    cluster.apply(ns, cluster.diagnosis(name, {"kind": "PyTorchJob", "name": job}, **spec))
+
+
+def status_of(cluster: Any, ns: str, name: str) -> dict[str, Any]:
+    return dict((cluster.get(ns, name) or {}).get("status") or {})
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+
+def wait_phase(
+    cluster: Any, ns: str, name: str, *phases: str, timeout: float = 240
+) -> dict[str, Any]:
+    """Until `name` is in one of `phases`; returns its status."""
+
+    def probe() -> dict[str, Any] | None:
+        status = status_of(cluster, ns, name)
+        return status if status.get("phase") in phases else None
+
+    return cluster.wait_for(probe, f"{name} in phase {phases}", timeout=timeout)  # type: ignore[no-any-return]
+
+
+def wait_reconciling(
+    cluster: Any, ns: str, name: str, reason: str, timeout: float = 30
+) -> dict[str, Any]:
+    """Until `name`'s Reconciling condition gives `reason`; returns the condition."""
+
+    def probe() -> dict[str, Any] | None:
+        found = condition(status_of(cluster, ns, name), "Reconciling")
+        return found if found and found["reason"] == reason else None
+
+    return cluster.wait_for(probe, f"{name} reconciling: {reason}", timeout=timeout)  # type: ignore[no-any-return]
+
+
+def wait_ready(cluster: Any, ns: str, name: str, timeout: float = 300) -> dict[str, Any]:
+    """Until `name` is Ready=True (its verdict in status); fails at once when it failed.
+    Returns the object."""
+
+    def probe() -> dict[str, Any] | None:
+        obj = cluster.get(ns, name) or {}
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed":
+            raise AssertionError(f"diagnosis failed: {status}")
+        ready = condition(status, "Ready")
+        return obj if ready and ready["status"] == "True" else None
+
+    return cluster.wait_for(probe, f"{name} Ready=True", timeout=timeout)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def logs_on_failure(training: Training, *more: Callable[[], object]) -> Iterator[None]:
+    """A failed wait inside says also what `more` gives and what the job's containers logged."""
+    try:
+        yield
+    except AssertionError as exc:
+        extra = "".join(f"\n{give()}" for give in more)
+        raise AssertionError(f"{exc}{extra}\n{training.logs()}") from None

@@ -18,11 +18,21 @@ import pytest
 
 from perfdiag.storage import open_storage
 from perfdiag_testing.fault_suite import FAULT_JOB
-from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
+from tests.operator.e2e_support import (
+    FAULT_RANK,
+    apply_diagnosis,
+    logs_on_failure,
+    running_training,
+    serving_operator,
+    storage_secret,
+    wait_phase,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
 
 CAPTURE_STEPS = 10
+CAPTURE = {"steps": CAPTURE_STEPS, "timeoutSeconds": 240}
 
 
 def test_kubectl_apply_to_verdict(
@@ -30,38 +40,23 @@ def test_kubectl_apply_to_verdict(
 ) -> None:
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path, perfdiag_image=perfdiag_image) as training:
-            for pod in training.pods:  # the webhook injected every pod of the job
-                spec = cluster.core.read_namespaced_pod(pod, ns).spec
-                assert [c.name for c in spec.init_containers] == ["perfdiag-hook", "perfdiag-agent"]
+    with (
+        serving_operator(cluster, ns),
+        running_training(cluster, ns, tmp_path, perfdiag_image=perfdiag_image) as training,
+    ):
+        for pod in training.pods:  # the webhook injected every pod of the job
+            spec = cluster.core.read_namespaced_pod(pod, ns).spec
+            assert [c.name for c in spec.init_containers] == ["perfdiag-hook", "perfdiag-agent"]
 
-            diagnosis = cluster.diagnosis(
-                "why-slow",
-                {"kind": "PyTorchJob", "name": training.name},
-                capture={"steps": CAPTURE_STEPS, "timeoutSeconds": 240},
-            )
-            started = time.monotonic()
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(diagnosis))
-
-            def ready() -> dict[str, Any] | None:
-                obj = cluster.get(ns, "why-slow") or {}
-                status = obj.get("status") or {}
-                if status.get("phase") == "Failed":
-                    raise AssertionError(f"diagnosis failed: {status}\n{training.logs()}")
-                ready = [c for c in status.get("conditions") or [] if c["type"] == "Ready"]
-                return obj if ready and ready[0]["status"] == "True" else None
-
-            try:
-                obj = cluster.wait_for(ready, "Ready=True", timeout=300)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{training.logs()}") from None
-            elapsed = time.monotonic() - started
-            ran_from_image = _ran_from_image(training, perfdiag_image)
-            table = cluster.kubectl("get", "pdiag", "-n", ns).stdout
-            wide = cluster.kubectl("get", "pdiag", "why-slow", "-n", ns, "-o", "wide").stdout
-            events = cluster.events(ns, "why-slow")
+        started = time.monotonic()
+        apply_diagnosis(cluster, ns, "why-slow", training.name, capture=CAPTURE)
+        with logs_on_failure(training):
+            obj = wait_ready(cluster, ns, "why-slow")
+        elapsed = time.monotonic() - started
+        ran_from_image = _ran_from_image(training, perfdiag_image)
+        table = cluster.kubectl("get", "pdiag", "-n", ns).stdout
+        wide = cluster.kubectl("get", "pdiag", "why-slow", "-n", ns, "-o", "wide").stdout
+        events = cluster.events(ns, "why-slow")
 
     # (printed here: the in-process operator's runner captures stdout while it runs)
     print(f"\ntime to verdict (kubectl apply → Ready=True): {elapsed:.1f} s "
@@ -135,28 +130,22 @@ def test_a_slow_node_is_named_with_its_pods(
     stop_file = tmp_path / "slow-node.stop"
     args = ["--fault=slow-node", "--fault-ranks=2,3", "--extra-repeats=24",
             f"--stop-file={stop_file}", "--max-seconds=900"]  # fmt: skip
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(
-            cluster, ns, tmp_path, "slow-node", script=FAULT_JOB, args=args,
+    with (
+        serving_operator(cluster, ns),
+        running_training(
+            cluster,
+            ns,
+            tmp_path,
+            "slow-node",
+            script=FAULT_JOB,
+            args=args,
             node_of=lambda pod: "node-b" if "-worker-" in pod else "node-a",
-        ) as training:  # fmt: skip
-            diagnosis = cluster.diagnosis(
-                "which-node",
-                {"kind": "PyTorchJob", "name": training.name},
-                capture={"steps": CAPTURE_STEPS, "timeoutSeconds": 240},
-            )
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(diagnosis))
-
-            def done() -> dict[str, Any] | None:
-                status = (cluster.get(ns, "which-node") or {}).get("status") or {}
-                return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-            try:
-                status = cluster.wait_for(done, "a verdict", timeout=300)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{training.logs()}") from None
-            prefix = status.get("artifacts", {}).get("prefix")
+        ) as training,
+    ):
+        apply_diagnosis(cluster, ns, "which-node", training.name, capture=CAPTURE)
+        with logs_on_failure(training):
+            status = wait_phase(cluster, ns, "which-node", "Succeeded", "Failed", timeout=300)
+        prefix = status.get("artifacts", {}).get("prefix")
     assert status["phase"] == "Succeeded", status
     stored = json.loads(open_storage(prefix).get_text("verdict.json"))
     hosts = {w["rank"]: w["host"] for w in stored["workers"]}

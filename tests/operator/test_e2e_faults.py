@@ -19,32 +19,20 @@ import pytest
 
 from perfdiag.operator.analyzer_job import job_name
 from perfdiag.storage import open_storage
-from tests.operator.e2e_support import running_training, storage_secret, wait_webhook
+from tests.operator.e2e_support import (
+    apply_diagnosis,
+    condition,
+    logs_on_failure,
+    running_training,
+    serving_operator,
+    status_of,
+    storage_secret,
+    wait_phase,
+    wait_reconciling,
+    wait_webhook,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
-
-
-def _apply(cluster: Any, ns: str, name: str, target: str, **capture: Any) -> None:
-    body = cluster.diagnosis(name, {"kind": "PyTorchJob", "name": target}, capture=capture)
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
-
-
-def _status(cluster: Any, ns: str, name: str) -> dict[str, Any]:
-    return dict((cluster.get(ns, name) or {}).get("status") or {})
-
-
-def _wait_phase(
-    cluster: Any, ns: str, name: str, *phases: str, timeout: float = 240
-) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        status = _status(cluster, ns, name)
-        return status if status.get("phase") in phases else None
-
-    return cluster.wait_for(probe, f"{name} in phase {phases}", timeout=timeout)  # type: ignore[no-any-return]
-
-
-def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions") or [] if c["type"] == type_)
 
 
 @contextmanager
@@ -76,20 +64,22 @@ def test_operator_killed_mid_capture_and_restarted(
     with _operator_process(ns, log) as first:
         wait_webhook(cluster, ns)
         with running_training(cluster, ns, tmp_path) as training:
-            _apply(cluster, ns, "d", training.name, steps=40, timeoutSeconds=240)
-            _wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
+            apply_diagnosis(
+                cluster, ns, "d", training.name, capture={"steps": 40, "timeoutSeconds": 240}
+            )
+            wait_phase(cluster, ns, "d", "Capturing", "Analyzing", "Succeeded")
             # The PlanSent Event follows the status write; a kill between the two loses it
             # (reconcile.py), so wait for it: the point here is that nothing is sent twice.
             cluster.wait_for(
                 lambda: ("Normal", "PlanSent") in cluster.events(ns, "d"), "PlanSent", timeout=30
             )
-            capturing = _status(cluster, ns, "d")
+            capturing = status_of(cluster, ns, "d")
             assert capturing["phase"] == "Capturing", capturing  # killed mid-capture
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(10)
             plan = capturing["window"]["planId"]
             with _operator_process(ns, log):
-                done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed")
+                done = wait_phase(cluster, ns, "d", "Succeeded", "Failed")
             events = cluster.events(ns, "d")
             jobs = cluster.kube.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout
     assert done["phase"] == "Succeeded", f"{done}\n{log.read_text()[-5000:]}"
@@ -111,15 +101,15 @@ def test_agent_dies_partial_verdict_names_its_ranks(
 ) -> None:
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path) as training:
-            worker = f"{training.name}-worker-0"  # ranks 2 and 3
-            training.kubelet.pods[worker].kill("perfdiag-agent", restart=False)
-            _apply(cluster, ns, "d", training.name, steps=10, timeoutSeconds=30)
-            _wait_phase(cluster, ns, "d", "Capturing")
-            done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=180)
-            events = cluster.events(ns, "d")
+    with serving_operator(cluster, ns), running_training(cluster, ns, tmp_path) as training:
+        worker = f"{training.name}-worker-0"  # ranks 2 and 3
+        training.kubelet.pods[worker].kill("perfdiag-agent", restart=False)
+        apply_diagnosis(
+            cluster, ns, "d", training.name, capture={"steps": 10, "timeoutSeconds": 30}
+        )
+        wait_phase(cluster, ns, "d", "Capturing")
+        done = wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=180)
+        events = cluster.events(ns, "d")
     assert done["phase"] == "Succeeded", done
     # The dead agent's ranks never reported.
     assert done["workers"] == {
@@ -141,40 +131,34 @@ def test_minio_down_during_upload(
     # The agents give an S3 operation 2 s (instead of 60) before their own retry loop takes
     # over, so the outage shows in their logs.
     storage_secret(cluster, ns, minio_server, PERFDIAG_S3_RETRY_SECONDS="2")
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path) as training:
-            _apply(cluster, ns, "d", training.name, steps=10, timeoutSeconds=180)
-            capturing = _wait_phase(cluster, ns, "d", "Capturing")
-            prefix = capturing["artifacts"]["prefix"]
-            before = set(open_storage(prefix).list(""))
-            minio_server.stop()
+    with serving_operator(cluster, ns), running_training(cluster, ns, tmp_path) as training:
+        apply_diagnosis(
+            cluster, ns, "d", training.name, capture={"steps": 10, "timeoutSeconds": 180}
+        )
+        capturing = wait_phase(cluster, ns, "d", "Capturing")
+        prefix = capturing["artifacts"]["prefix"]
+        before = set(open_storage(prefix).list(""))
+        minio_server.stop()
 
-            def agent_logs() -> str:
-                return "".join(
-                    training.kubelet.pods[p].log_text("perfdiag-agent") for p in training.pods
-                )
+        def agent_logs() -> str:
+            return "".join(
+                training.kubelet.pods[p].log_text("perfdiag-agent") for p in training.pods
+            )
 
-            try:
-
-                def outage_seen() -> dict[str, Any] | None:
-                    status = _status(cluster, ns, "d")
-                    cond = _condition(status, "Reconciling")
-                    return cond if cond["reason"] == "StorageUnavailable" else None
-
-                cond = cluster.wait_for(outage_seen, "StorageUnavailable", timeout=60)
-                assert _status(cluster, ns, "d")["phase"] == "Capturing"
-                assert _condition(_status(cluster, ns, "d"), "Ready")["status"] == "False"
-                retried = re.compile(r"rank \d: window for plan \S+ failed .*; retrying in")
-                cluster.wait_for(
-                    lambda: retried.search(agent_logs()),
-                    "an agent retrying its window's upload",
-                    timeout=90,
-                )
-            finally:
-                minio_server.start()
-            done = _wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=240)
-            after = set(open_storage(prefix).list(""))
+        try:
+            cond = wait_reconciling(cluster, ns, "d", "StorageUnavailable", timeout=60)
+            assert status_of(cluster, ns, "d")["phase"] == "Capturing"
+            assert condition(status_of(cluster, ns, "d"), "Ready")["status"] == "False"
+            retried = re.compile(r"rank \d: window for plan \S+ failed .*; retrying in")
+            cluster.wait_for(
+                lambda: retried.search(agent_logs()),
+                "an agent retrying its window's upload",
+                timeout=90,
+            )
+        finally:
+            minio_server.start()
+        done = wait_phase(cluster, ns, "d", "Succeeded", "Failed", timeout=240)
+        after = set(open_storage(prefix).list(""))
     assert "storage unavailable" in cond["message"]
     assert done["phase"] == "Succeeded", done
     assert done["window"]["planId"] == capturing["window"]["planId"]
@@ -192,42 +176,42 @@ def test_deleted_mid_capture_and_mid_analysis(
 ) -> None:
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path) as training:
-            # Mid-capture: a window far longer than the test.
-            _apply(cluster, ns, "long", training.name, steps=1000, timeoutSeconds=600)
-            _wait_phase(cluster, ns, "long", "Capturing")
-            obj = cluster.wait_for(
-                lambda: (o := cluster.get(ns, "long")) and o["metadata"].get("finalizers") and o,
-                "the finalizer",
-            )
-            assert obj["metadata"]["finalizers"] == ["perfdiag.io/finalizer"]
-            annotated = cluster.core.read_namespaced_pod(training.pods[0], ns).metadata.annotations
-            assert "perfdiag.io/plan" in annotated
-            cluster.kubectl("delete", "pdiag", "long", "-n", ns, "--timeout=60s")
-            assert cluster.get(ns, "long") is None  # no stuck finalizer
-            for pod in training.pods:
-                annotations = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations
-                assert "perfdiag.io/plan" not in annotations
-                assert "perfdiag.io/diagnosis" not in annotations
+    with serving_operator(cluster, ns), running_training(cluster, ns, tmp_path) as training:
+        # Mid-capture: a window far longer than the test.
+        apply_diagnosis(
+            cluster, ns, "long", training.name, capture={"steps": 1000, "timeoutSeconds": 600}
+        )
+        wait_phase(cluster, ns, "long", "Capturing")
+        obj = cluster.wait_for(
+            lambda: (o := cluster.get(ns, "long")) and o["metadata"].get("finalizers") and o,
+            "the finalizer",
+        )
+        assert obj["metadata"]["finalizers"] == ["perfdiag.io/finalizer"]
+        annotated = cluster.core.read_namespaced_pod(training.pods[0], ns).metadata.annotations
+        assert "perfdiag.io/plan" in annotated
+        cluster.kubectl("delete", "pdiag", "long", "-n", ns, "--timeout=60s")
+        assert cluster.get(ns, "long") is None  # no stuck finalizer
+        for pod in training.pods:
+            annotations = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations
+            assert "perfdiag.io/plan" not in annotations
+            assert "perfdiag.io/diagnosis" not in annotations
 
-            # Mid-analysis: the analyzer Job is held (not scheduled) until the deletion.
-            training.kubelet.hold_jobs = True
-            _apply(cluster, ns, "short", training.name, steps=5, timeoutSeconds=120)
-            _wait_phase(cluster, ns, "short", "Analyzing")
-            uid = cluster.get(ns, "short")["metadata"]["uid"]
-            name = job_name("short", uid)
-            cluster.wait_for(
-                lambda: (
-                    cluster.kube.kubectl("get", "job", name, "-n", ns, check=False).returncode == 0
-                ),
-                "the analyzer Job",
-            )
-            cluster.kubectl("delete", "pdiag", "short", "-n", ns, "--timeout=60s")
-            assert cluster.get(ns, "short") is None
-            gone = cluster.kube.kubectl("get", "job", name, "-n", ns, check=False)
-            assert gone.returncode != 0 and "NotFound" in gone.stderr
+        # Mid-analysis: the analyzer Job is held (not scheduled) until the deletion.
+        training.kubelet.hold_jobs = True
+        apply_diagnosis(
+            cluster, ns, "short", training.name, capture={"steps": 5, "timeoutSeconds": 120}
+        )
+        wait_phase(cluster, ns, "short", "Analyzing")
+        uid = cluster.get(ns, "short")["metadata"]["uid"]
+        name = job_name("short", uid)
+        cluster.wait_for(
+            lambda: cluster.kube.kubectl("get", "job", name, "-n", ns, check=False).returncode == 0,
+            "the analyzer Job",
+        )
+        cluster.kubectl("delete", "pdiag", "short", "-n", ns, "--timeout=60s")
+        assert cluster.get(ns, "short") is None
+        gone = cluster.kube.kubectl("get", "job", name, "-n", ns, check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
 def test_two_diagnoses_on_one_job(
@@ -236,24 +220,18 @@ def test_two_diagnoses_on_one_job(
     """The second waits, saying for which, and runs when the first's capture is over."""
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path) as training:
-            _apply(cluster, ns, "first", training.name, steps=30, timeoutSeconds=240)
-            _wait_phase(cluster, ns, "first", "Capturing")
-            _apply(cluster, ns, "second", training.name, steps=10, timeoutSeconds=240)
-
-            def waiting() -> dict[str, Any] | None:
-                status = _status(cluster, ns, "second")
-                conds = [c for c in status.get("conditions") or [] if c["type"] == "Reconciling"]
-                return (
-                    conds[0] if conds and conds[0]["reason"] == "WaitingForOtherDiagnosis" else None
-                )
-
-            cond = cluster.wait_for(waiting, "second waiting for first")
-            assert _status(cluster, ns, "second")["phase"] == "Pending"
-            first = _wait_phase(cluster, ns, "first", "Succeeded", "Failed")
-            second = _wait_phase(cluster, ns, "second", "Succeeded", "Failed")
+    with serving_operator(cluster, ns), running_training(cluster, ns, tmp_path) as training:
+        apply_diagnosis(
+            cluster, ns, "first", training.name, capture={"steps": 30, "timeoutSeconds": 240}
+        )
+        wait_phase(cluster, ns, "first", "Capturing")
+        apply_diagnosis(
+            cluster, ns, "second", training.name, capture={"steps": 10, "timeoutSeconds": 240}
+        )
+        cond = wait_reconciling(cluster, ns, "second", "WaitingForOtherDiagnosis")
+        assert status_of(cluster, ns, "second")["phase"] == "Pending"
+        first = wait_phase(cluster, ns, "first", "Succeeded", "Failed")
+        second = wait_phase(cluster, ns, "second", "Succeeded", "Failed")
     assert "PerfDiagnosis first" in cond["message"]
     assert first["phase"] == "Succeeded" and second["phase"] == "Succeeded"
     assert first["window"]["planId"] != second["window"]["planId"]
@@ -272,31 +250,21 @@ def test_hang_stacks_plan_names_the_stuck_rank(
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
     args = ["--mode=before-allreduce", "--rank=3", "--at-step=40", "--steps=100000000"]
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path, script=HANG_SCRIPT, args=args) as training:
-            body = cluster.diagnosis(
-                "stuck",
-                {"kind": "PyTorchJob", "name": training.name},
-                capture={"steps": 10, "timeoutSeconds": 240},
-                analysis={"stuckAfterSeconds": 10},
-            )
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
-
-            def collecting() -> dict[str, Any] | None:
-                status = _status(cluster, ns, "stuck")
-                conds = [c for c in status.get("conditions") or [] if c["type"] == "Reconciling"]
-                return conds[0] if conds and conds[0]["reason"] == "CollectingStacks" else None
-
-            try:
-                asked = cluster.wait_for(collecting, "the stacks plan", timeout=120)
-            except AssertionError as exc:
-                status = json.dumps(_status(cluster, ns, "stuck"), indent=1)
-                raise AssertionError(f"{exc}\n{status}\n{training.logs()}") from None
-            done = _wait_phase(cluster, ns, "stuck", "Succeeded", "Failed", timeout=180)
-            events = cluster.events(ns, "stuck")
-            prefix = done["artifacts"]["prefix"]
-            stored = open_storage(prefix).list("workers/")
+    with (
+        serving_operator(cluster, ns),
+        running_training(cluster, ns, tmp_path, script=HANG_SCRIPT, args=args) as training,
+    ):
+        capture = {"steps": 10, "timeoutSeconds": 240}
+        apply_diagnosis(
+            cluster, ns, "stuck", training.name, capture=capture, analysis={"stuckAfterSeconds": 10}
+        )
+        status = lambda: json.dumps(status_of(cluster, ns, "stuck"), indent=1)  # noqa: E731
+        with logs_on_failure(training, status):
+            asked = wait_reconciling(cluster, ns, "stuck", "CollectingStacks", timeout=120)
+        done = wait_phase(cluster, ns, "stuck", "Succeeded", "Failed", timeout=180)
+        events = cluster.events(ns, "stuck")
+        prefix = done["artifacts"]["prefix"]
+        stored = open_storage(prefix).list("workers/")
     assert "rank(s) 0, 1, 2, 3 stopped advancing" in asked["message"], asked
     assert ("Warning", "WorkersStuck") in events
     assert done["phase"] == "Succeeded", done

@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
-from tests.operator.e2e_support import FAULT_RANK, running_training, storage_secret, wait_webhook
+from tests.operator.e2e_support import (
+    FAULT_RANK,
+    apply_diagnosis,
+    condition,
+    logs_on_failure,
+    running_training,
+    serving_operator,
+    status_of,
+    storage_secret,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("e2e_env")]
 
@@ -34,68 +43,65 @@ def test_a_slowdown_mid_run_fires_the_capture(
         "--max-seconds=900",
     ]
     phases: list[str] = []
-    with cluster.operator(ns):
-        wait_webhook(cluster, ns)
-        with running_training(cluster, ns, tmp_path, args=args) as training:
-            diagnosis = cluster.diagnosis(
-                "on-slowdown",
-                {"kind": "PyTorchJob", "name": training.name},
-                capture={"steps": 10, "timeoutSeconds": 240},
-                trigger={"slowdown": {"percent": PERCENT, "baselineSteps": BASELINE_STEPS}},
+    with (
+        serving_operator(cluster, ns),
+        running_training(cluster, ns, tmp_path, args=args) as training,
+    ):
+        apply_diagnosis(
+            cluster, ns, "on-slowdown", training.name,
+            capture={"steps": 10, "timeoutSeconds": 240},
+            trigger={"slowdown": {"percent": PERCENT, "baselineSteps": BASELINE_STEPS}},
+        )  # fmt: skip
+
+        def status() -> dict[str, Any]:
+            found = status_of(cluster, ns, "on-slowdown")
+            phase = found.get("phase")
+            if phase and (not phases or phases[-1] != phase):
+                phases.append(phase)
+            if phase == "Failed":
+                raise AssertionError(f"diagnosis failed: {found}\n{training.logs()}")
+            return found
+
+        def judged(after: int) -> dict[str, Any] | None:
+            """Watching, with a baseline and a report judged after step `after`."""
+            found = status()
+            watch = found.get("watch") or {}
+            ready = watch.get("baselineStepMs") and watch.get("ruleStep", -1) > after
+            return watch if ready and found["phase"] == "Watching" else None
+
+        with logs_on_failure(training, status):
+            first = cluster.wait_for(
+                lambda: judged(2 * BASELINE_STEPS), "a baseline while Watching", timeout=120
             )
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(diagnosis))
+            # Another report at the steady speed: nothing fires.
+            watch = cluster.wait_for(
+                lambda: judged(first["ruleStep"]), "a second report", timeout=60
+            )
+            # Every pod got the watch plan.
+            for pod in training.pods:
+                notes = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations or {}
+                plan = json.loads(notes["perfdiag.io/plan"])
+                assert plan["action"] == "watch" and plan["steps"] == BASELINE_STEPS, plan
+            slow_file.touch()  # rank FAULT_RANK turns slow from its next step
 
-            def status() -> dict[str, Any]:
-                found = dict((cluster.get(ns, "on-slowdown") or {}).get("status") or {})
-                phase = found.get("phase")
-                if phase and (not phases or phases[-1] != phase):
-                    phases.append(phase)
-                if phase == "Failed":
-                    raise AssertionError(f"diagnosis failed: {found}\n{training.logs()}")
-                return found
-
-            def judged(after: int) -> dict[str, Any] | None:
-                """Watching, with a baseline and a report judged after step `after`."""
+            def ready() -> dict[str, Any] | None:
                 found = status()
-                watch = found.get("watch") or {}
-                ready = watch.get("baselineStepMs") and watch.get("ruleStep", -1) > after
-                return watch if ready and found["phase"] == "Watching" else None
+                ready = condition(found, "Ready")
+                return found if ready and ready["status"] == "True" else None
 
-            try:
-                first = cluster.wait_for(
-                    lambda: judged(2 * BASELINE_STEPS), "a baseline while Watching", timeout=120
-                )
-                # Another report at the steady speed: nothing fires.
-                watch = cluster.wait_for(
-                    lambda: judged(first["ruleStep"]), "a second report", timeout=60
-                )
-                # Every pod got the watch plan.
-                for pod in training.pods:
-                    notes = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations or {}
-                    plan = json.loads(notes["perfdiag.io/plan"])
-                    assert plan["action"] == "watch" and plan["steps"] == BASELINE_STEPS, plan
-                slow_file.touch()  # rank FAULT_RANK turns slow from its next step
-
-                def ready() -> dict[str, Any] | None:
-                    found = status()
-                    ready = [c for c in found.get("conditions") or [] if c["type"] == "Ready"]
-                    return found if ready and ready[0]["status"] == "True" else None
-
-                final = cluster.wait_for(ready, "Ready=True", timeout=300)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{status()}\n{training.logs()}") from None
-            wanted = {"WatchStarted", "SlowdownDetected", "AnalyzerStarted", "VerdictReady"}
-            # Events are posted after the status that records them: wait for them.
-            events = cluster.wait_for(
-                lambda: (
-                    (found := cluster.events(ns, "on-slowdown"))
-                    and wanted <= {reason for _, reason in found}
-                    and found
-                ),
-                "the diagnosis' events",
-                timeout=60,
-            )
-            wide = cluster.kubectl("get", "pdiag", "on-slowdown", "-n", ns, "-o", "wide").stdout
+            final = cluster.wait_for(ready, "Ready=True", timeout=300)
+        wanted = {"WatchStarted", "SlowdownDetected", "AnalyzerStarted", "VerdictReady"}
+        # Events are posted after the status that records them: wait for them.
+        events = cluster.wait_for(
+            lambda: (
+                (found := cluster.events(ns, "on-slowdown"))
+                and wanted <= {reason for _, reason in found}
+                and found
+            ),
+            "the diagnosis' events",
+            timeout=60,
+        )
+        wide = cluster.kubectl("get", "pdiag", "on-slowdown", "-n", ns, "-o", "wide").stdout
 
     print(f"\nbaseline before the slowdown: {watch}", flush=True)
     assert phases[0] in ("Pending", "Watching") and "Watching" in phases, phases

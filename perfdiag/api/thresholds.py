@@ -1,14 +1,19 @@
-"""Tunable thresholds of the analysis: the `analysis` section of a PerfDiagnosis.
+"""Tunable thresholds of the analysis: each one's name, default, bounds and description.
 
-Kept free of numpy/pyarrow imports so the operator can embed the model in the CRD cheaply.
-Field names are snake_case in Python and camelCase in YAML/JSON (the CRD's convention); both
-are accepted on input.
+The analyzer reads them as `Thresholds` (perfdiag.api.thresholds); a PerfDiagnosis sets
+them in `spec.analysis`, whose model (perfdiag.api.diagnosis.Analysis) is these fields made
+optional, without defaults, so the analyzer's defaults apply to what is unset. Kept free of
+numpy/pyarrow imports so the operator can embed the model in the CRD cheaply. Field names are
+snake_case in Python and camelCase in YAML/JSON (the CRD's convention); both are accepted on
+input.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from perfdiag.api.stall import DEFAULT_MIN_S, DEFAULT_STEP_FACTOR
 
 _CONFIG = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
@@ -22,11 +27,19 @@ class ExpectedRanges(BaseModel):
 
     model_config = _CONFIG
 
-    python: float | None = Field(default=0.01, ge=0.0, le=1.0)
-    gc: float | None = Field(default=0.01, ge=0.0, le=1.0)
-    dataloader: float | None = Field(default=0.01, ge=0.0, le=1.0)
-    cuda_runtime: float | None = Field(default=0.01, ge=0.0, le=1.0)
-    communication: float | None = Field(default=0.30, ge=0.0, le=1.0)
+    python: float | None = Field(default=0.01, ge=0.0, le=1.0, description="Bound for Python.")
+    gc: float | None = Field(
+        default=0.01, ge=0.0, le=1.0, description="Bound for garbage collection."
+    )
+    dataloader: float | None = Field(
+        default=0.01, ge=0.0, le=1.0, description="Bound for data loading."
+    )
+    cuda_runtime: float | None = Field(
+        default=0.01, ge=0.0, le=1.0, description="Bound for the CUDA runtime."
+    )
+    communication: float | None = Field(
+        default=0.30, ge=0.0, le=1.0, description="Bound for communication."
+    )
 
     def bounds(self) -> dict[str, float]:
         return {name: value for name, value in self.model_dump().items() if value is not None}
@@ -66,11 +79,13 @@ class Thresholds(BaseModel):
     min_ratio: float = Field(
         default=1.25, ge=1.0, description="Ratio of a rank's time to its peers' median."
     )
+    # A floor under the spread, so that a few near-identical peers do not make every
+    # difference significant.
     noise_floor: float = Field(
         default=0.10,
         ge=0.0,
         description="Smallest spread assumed, as a fraction of the peers' median (run-to-run "
-        "jitter), so that a few near-identical peers do not make every difference significant.",
+        "jitter).",
     )
     min_persistence: float = Field(
         default=0.65,
@@ -99,8 +114,12 @@ class Thresholds(BaseModel):
         description="Share of ranks that must exceed a category's expected range for a "
         "job-wide expected_range finding.",
     )
-    expected_ranges_gpu: ExpectedRanges = Field(default_factory=ExpectedRanges)
-    expected_ranges_cpu: ExpectedRanges = Field(default_factory=_cpu_ranges)
+    expected_ranges_gpu: ExpectedRanges = Field(
+        default_factory=ExpectedRanges, description="Expected ranges for jobs with GPUs."
+    )
+    expected_ranges_cpu: ExpectedRanges = Field(
+        default_factory=_cpu_ranges, description="Expected ranges for CPU-only jobs."
+    )
     hardware_min_deviation: float = Field(
         default=0.10,
         gt=0.0,
@@ -116,12 +135,12 @@ class Thresholds(BaseModel):
         "peer groups (roles).",
     )
     stuck_after_seconds: float = Field(
-        default=60.0,
+        default=DEFAULT_MIN_S,
         gt=0.0,
         description="A live worker whose step has not advanced for this long is stuck.",
     )
     stuck_after_steps: float = Field(
-        default=20.0,
+        default=DEFAULT_STEP_FACTOR,
         gt=0.0,
-        description="… or for this many median step times, whichever is longer.",
+        description="... or for this many median step times, whichever is longer.",
     )
