@@ -492,8 +492,8 @@ def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | 
 
 
 def _plan_file_id(plan_file: Path) -> str | None:
-    """The id of the plan in the plan file: a plan JSON file, or the downward-API annotations
-    file of a pod (where the plan is the annotation perfdiag.io/plan), as the hook reads it."""
+    """The id of the plan in the plan file (the plan JSON; in a pod, the plan annotation as the
+    downward API projects it, empty when there is none), as the hook reads it."""
     from perfdiag.collector.hook.plan import PlanError, plan_json
 
     try:

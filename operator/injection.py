@@ -5,7 +5,8 @@ A pod labelled perfdiag.io/inject="true" gets, at creation:
 - in the training container: that folder first on PYTHONPATH (the user's own value kept after
   it; the hook's sitecustomize runs the user's sitecustomize too), PERFDIAG_SPOOL and
   PERFDIAG_PLAN, and the three volumes mounted;
-- a shared spool emptyDir and a downward-API volume of the pod's annotations (the plan file);
+- a shared spool emptyDir and a downward-API volume holding one file, the pod's plan annotation
+  (the plan file);
 - the agent as a native sidecar (an init container with restartPolicy Always, so the pod still
   completes when training ends), with the rank environment of the training container, the
   storage credentials from a Secret and modest resource requests;
@@ -24,6 +25,7 @@ from perfdiag.operator.settings import (
     DEFAULT_AGENT_RESOURCES,
     INJECT_LABEL,
     INJECTED_ANNOTATION,
+    PLAN_ANNOTATION,
 )
 
 HOOK_VOLUME = "perfdiag-hook"
@@ -32,7 +34,17 @@ PODINFO_VOLUME = "perfdiag-podinfo"
 HOOK_DIR = "/perfdiag/hook"
 SPOOL_DIR = "/perfdiag/spool"
 PODINFO_DIR = "/perfdiag/podinfo"
-PLAN_FILE = f"{PODINFO_DIR}/annotations"
+PLAN_FILE_NAME = "plan"  # in the podinfo volume
+PLAN_FILE = f"{PODINFO_DIR}/{PLAN_FILE_NAME}"
+# The downward API projects one annotation as its raw value, and an absent one as an empty file:
+# for `metadata.annotations['<key>']`, Kubernetes' pkg/fieldpath/fieldpath.go
+# ExtractFieldPathAsString returns `accessor.GetAnnotations()[subscript]` (unquoted; Go's zero
+# value "" when absent) and pkg/volume/downwardapi/downwardapi.go CollectData writes that string
+# as the file's data. Only the whole map, `metadata.annotations`, becomes `key="value"` lines with
+# Go %q quoting (fieldpath.FormatMap). (Older kubelets also sorted the lines of each file: the
+# plan's canonical JSON is one line.) The kubelet rewrites the file atomically when the
+# annotation changes.
+PLAN_FIELD_PATH = f"metadata.annotations['{PLAN_ANNOTATION}']"
 NODE_NAME_ENV = "PERFDIAG_NODE_NAME"
 IMAGE_HOOK_DIR = "/opt/perfdiag/hook"  # where the Dockerfile puts the hook folder
 COPY_CONTAINER = "perfdiag-hook"
@@ -177,9 +189,7 @@ def _volumes() -> list[dict[str, Any]]:
         {
             "name": PODINFO_VOLUME,
             "downwardAPI": {
-                "items": [
-                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
-                ]
+                "items": [{"path": PLAN_FILE_NAME, "fieldRef": {"fieldPath": PLAN_FIELD_PATH}}]
             },
         },
     ]

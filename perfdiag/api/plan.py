@@ -1,8 +1,9 @@
 """The plan: what the hook in every rank should do next (docs/design.md §3).
 
-Writers (the CLI, the operator) build it with this model. The hook cannot import pydantic,
-so it parses the same JSON with the standard library (`perfdiag.collector.hook.plan`); a test
-keeps the two in agreement.
+Writers (the CLI, the operator) build it with this model and write it in one canonical form,
+`Plan.to_json()`, the only form the hook reads: the hook cannot import pydantic and reads that
+form strictly with the standard library (`perfdiag.collector.hook.plan`); a test checks that it
+reads back every plan as written.
 """
 
 from __future__ import annotations
@@ -78,8 +79,15 @@ class Plan(BaseModel):
         )
 
     def to_json(self) -> str:
+        """The canonical form: one line of ASCII JSON, keys sorted, `start_step` left out when
+        absent (older hooks know no such field), the deadline in UTC to the second
+        (YYYY-MM-DDTHH:MM:SSZ; a deadline without a UTC offset is taken as UTC)."""
         data = self.model_dump(mode="json", exclude_none=True)
-        data["deadline"] = self.deadline.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        deadline = self.deadline
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=timezone.utc)
+        utc = deadline.astimezone(timezone.utc).replace(microsecond=0, tzinfo=None)
+        data["deadline"] = f"{utc.isoformat()}Z"  # isoformat: the year always has 4 digits
         return json.dumps(data, sort_keys=True)
 
     def write_atomic(self, path: Path) -> None:

@@ -1,6 +1,7 @@
 """The suite's local kubelet (tests/support/perfdiag_testing/kubelet.py): what it writes for a pod's
-downward-API volume, and that the kubelet loop refreshing it while the pod's own thread writes
-it for the first time cannot fail the pod."""
+downward-API volume (the whole annotations map in the kubelet's `key="value"` format, one
+annotation as its raw value), and that the kubelet loop refreshing it while the pod's own thread
+writes it for the first time cannot fail the pod."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 from perfdiag_testing.kubelet import LocalPod, format_map
 
 
-def _pod(tmp_path: Path) -> LocalPod:
+def _pod(tmp_path: Path, annotations: dict[str, str] | None = None) -> LocalPod:
+    notes = {"a": "1"} if annotations is None else annotations
     manifest: dict[str, Any] = {
-        "metadata": {"name": "p", "annotations": {"a": "1"}},
+        "metadata": {"name": "p", "annotations": notes},
         "spec": {
             "volumes": [
                 {
@@ -23,6 +25,8 @@ def _pod(tmp_path: Path) -> LocalPod:
                         "items": [
                             {"path": "annotations",
                              "fieldRef": {"fieldPath": "metadata.annotations"}},
+                            {"path": "plan",
+                             "fieldRef": {"fieldPath": "metadata.annotations['perfdiag.io/plan']"}},
                         ]
                     },
                 }
@@ -56,3 +60,20 @@ def test_concurrent_refreshes_write_whole_files(tmp_path: Path) -> None:
     assert errors == []
     text = (tmp_path / "podinfo" / "annotations").read_text()
     assert text in {format_map({"a": v}) for v in ("0", "1", "10", "11")}
+
+
+def test_one_annotation_is_its_raw_value_and_empty_when_absent(tmp_path: Path) -> None:
+    """As Kubernetes' fieldpath.ExtractFieldPathAsString for metadata.annotations['key']: the
+    value unquoted and unescaped, "" for an absent key; rewritten when it changes."""
+    plan = tmp_path / "podinfo" / "plan"
+    pod = _pod(tmp_path, annotations={})
+    pod.refresh({"metadata": {"name": "p"}})
+    assert plan.read_bytes() == b""
+    value = '{"id": "a\\"b", "note": "é\\n"}\nsecond line\t"quoted"'
+    pod.refresh({"metadata": {"name": "p", "annotations": {"perfdiag.io/plan": value, "x": "y"}}})
+    assert plan.read_bytes() == value.encode()
+    assert (tmp_path / "podinfo" / "annotations").read_text() == format_map(
+        {"perfdiag.io/plan": value, "x": "y"}
+    )
+    pod.refresh({"metadata": {"name": "p", "annotations": {"x": "y"}}})
+    assert plan.read_bytes() == b""

@@ -1,90 +1,102 @@
-"""The plan file: plan JSON itself, or a downward-API annotations file (Go %q quoting)."""
+"""The plan file holds the plan's canonical form and nothing else: the hook's reader rejects,
+with the reason, whatever the writer does not write (the lenient forms the model would accept
+included), and an empty file (a pod without a plan annotation) holds no plan."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from perfdiag.api.plan import Plan
-from perfdiag.collector.hook.plan import PlanError, parse_annotations, plan_json, unquote_go
+from perfdiag.collector.hook.plan import REQUIRED, PlanError, parse_plan, plan_json
 
-# Written by Go 1.26 with fmt.Sprintf("%v=%q\n", key, value), as the kubelet formats the
-# downward-API annotations file (k8s.io/kubernetes/pkg/fieldpath.FormatMap).
-GO_ANNOTATIONS = (
-    'kubernetes.io/config.seen="2026-11-21T23:00:00.000000000Z"\n'
-    'perfdiag.io/plan="{\\"action\\": \\"capture\\", \\"activities\\": [\\"cpu\\", \\"cuda\\"], '
-    '\\"deadline\\": \\"2030-01-01T00:00:00Z\\", \\"id\\": \\"p-1\\", \\"python_stacks\\": true, '
-    '\\"steps\\": 3}"\n'
-    'weird="tab\\there\\nnewline \\\\ back \\"q\\" bell\\a nul\\x00 del\\x7f é 😀 \\u200b 😀 bad\\xff"'
-)
+VALID: dict[str, Any] = json.loads(Plan.new(plan_id="p-1", steps=3, start_step=7).to_json())
 
 
-def go_quote(value: str) -> str:
-    """strconv.Quote for valid UTF-8 text (the reference for the round trip below)."""
-    escapes = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", "\\": "\\\\", '"': '\\"'}  # fmt: skip
-    out = []
-    for char in value:
-        code = ord(char)
-        if char in escapes:
-            out.append(escapes[char])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif not char.isprintable():
-            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+def with_field(name: str, value: Any) -> str:
+    return json.dumps({**VALID, name: value})
 
 
-def test_annotations_written_by_go_are_read() -> None:
-    annotations = parse_annotations(GO_ANNOTATIONS)
-    assert annotations["kubernetes.io/config.seen"] == "2026-11-21T23:00:00.000000000Z"
-    assert annotations["weird"] == (
-        'tab\there\nnewline \\ back "q" bell\a nul\x00 del\x7f é 😀 \u200b 😀 bad\ufffd'
-    )
-    text = plan_json(GO_ANNOTATIONS.encode())
-    assert text is not None
-    plan = Plan.model_validate_json(text)
-    assert (plan.id, plan.steps, plan.python_stacks) == ("p-1", 3, True)
+def without(name: str) -> str:
+    return json.dumps({key: value for key, value in VALID.items() if key != name})
 
 
-@given(st.text())
-def test_go_quoting_round_trips(value: str) -> None:
-    assert unquote_go(go_quote(value)) == value
-
-
-def test_plan_json_in_either_form() -> None:
-    plan = Plan.new(plan_id="x1", steps=4)
-    assert plan_json(plan.to_json().encode()) == plan.to_json()
-    assert plan_json(b"  \n" + plan.to_json().encode() + b"\n") == plan.to_json()
-    annotations = f'a="b"\nperfdiag.io/plan={go_quote(plan.to_json())}\nz=""\n'
-    assert plan_json(annotations.encode()) == plan.to_json()
+def test_a_canonical_plan_is_read() -> None:
+    plan = parse_plan(json.dumps(VALID))
+    assert (plan.id, plan.steps, plan.start_step) == ("p-1", 3, 7)
+    assert parse_plan(without("start_step")).start_step is None  # left out when absent
 
 
 def test_files_without_a_plan() -> None:
-    assert plan_json(b"") is None
+    assert plan_json(b"") is None  # what the kubelet projects for an absent annotation
     assert plan_json(b"\n \n") is None
-    assert plan_json(b'other="x"\nbroken=unquoted\n') is None  # others' lines do not matter
+    text = json.dumps(VALID)
+    assert plan_json(text.encode()) == text
 
 
-@pytest.mark.parametrize(
-    ("raw", "message"),
-    [
-        (b"perfdiag.io/plan=unquoted", "not a quoted string"),
-        (b'perfdiag.io/plan="bad \\q escape"', "not a quoted string"),
-        (b'perfdiag.io/plan="dangling\\"', "not a quoted string"),
-        (b"\xff\xfe{}", "not UTF-8"),
+def test_a_file_that_is_not_utf8() -> None:
+    with pytest.raises(PlanError, match="not UTF-8"):
+        plan_json(b"\xff\xfe{}")
+
+
+BROKEN = [
+    # Not a JSON object.
+    ("{not json", "not valid JSON"),
+    ('{"id": "a", "steps": NaN}', "not valid JSON (NaN is not JSON)"),
+    ('{"id": "a", "id": "b"}', "not valid JSON (a field appears twice)"),
+    ('["not", "an", "object"]', "not a JSON object"),
+    # What the whole-annotations projection used to be: key="value" lines, Go %q quoting.
+    ('perfdiag.io/plan="{\\"id\\": \\"a\\"}"\n', "not valid JSON"),
+    # Fields.
+    (with_field("extra", 1), "unknown plan field(s): 'extra'"),
+    (with_field("Steps", 1), "unknown plan field(s): 'Steps'"),
+    *[(without(name), f"the plan has no '{name}'") for name in REQUIRED],
+    (with_field("id", ""), "'id' must be a string of 1 to 128 characters, not ''"),
+    (with_field("id", "x" * 129), "'id' must be a string of 1 to 128 characters"),
+    (with_field("id", 42), "'id' must be a string of 1 to 128 characters, not 42"),
+    (with_field("action", "Capture"), "'action' must be one of capture, stacks, watch"),
+    (with_field("action", None), "'action' must be one of capture, stacks, watch, not None"),
+    (with_field("action", ["capture"]), "'action' must be one of capture, stacks, watch"),
+    (with_field("steps", "3"), "'steps' must be an integer in 1…1000, not '3'"),
+    (with_field("steps", 3.0), "'steps' must be an integer in 1…1000, not 3.0"),
+    (with_field("steps", True), "'steps' must be an integer in 1…1000, not True"),
+    (with_field("steps", 0), "'steps' must be an integer in 1…1000, not 0"),
+    (with_field("steps", 1001), "'steps' must be an integer in 1…1000, not 1001"),
+    (with_field("activities", "cpu"), "'activities' must be a list of cpu / cuda"),
+    (with_field("activities", ["gpu"]), "'activities' must be a list of cpu / cuda"),
+    (with_field("activities", [1]), "'activities' must be a list of cpu / cuda"),
+    (with_field("python_stacks", "yes"), "'python_stacks' must be true or false, not 'yes'"),
+    (with_field("python_stacks", 1), "'python_stacks' must be true or false, not 1"),
+    (with_field("start_step", None), "'start_step' must be an integer in 0…1000000000000"),
+    (with_field("start_step", -1), "'start_step' must be an integer in 0…1000000000000"),
+    (with_field("start_step", 10**12 + 1), "'start_step' must be an integer in 0…"),
+    (with_field("start_step", "5"), "'start_step' must be an integer in 0…"),
+    *[
+        (with_field("deadline", value), "'deadline' must be a UTC date-time YYYY-MM-DDTHH:MM:SSZ")
+        for value in [
+            "2030-01-01",
+            "2030-01-01T00:00:00",
+            "2030-01-01T00:00:00+00:00",
+            "2030-01-01T00:00:00.5Z",
+            "2030-01-01 00:00:00Z",
+            "2030-01-01T00:00:00z",
+            "2030-02-30T00:00:00Z",
+            "2030-01-01T24:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "２０３０-01-01T00:00:00Z",  # digits, but not ASCII ones
+            1900000000,
+            None,
+        ]
     ],
-)
-def test_unreadable_plan_annotation_is_an_error(raw: bytes, message: str) -> None:
-    with pytest.raises(PlanError, match=message):
-        plan_json(raw)
+]
 
 
-def test_octal_and_escape_forms() -> None:
-    assert unquote_go('"\\101\\x42\\u0043\\U00000044"') == "ABCD"
-    for bad in ['"\\400"', '"\\uD800"', '"\\x4"', '"abc', '"a"b"']:
-        with pytest.raises(ValueError):
-            unquote_go(bad)
+@pytest.mark.parametrize(("text", "reason"), BROKEN)
+def test_anything_but_the_canonical_form_is_rejected_with_the_reason(
+    text: str, reason: str
+) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan(text)
+    assert reason in str(caught.value)

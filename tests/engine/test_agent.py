@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from perfdiag.api.plan import Plan
 from perfdiag.api.schema import EVENTS_SCHEMA_ID, SUMMARY_SCHEMA_ID, read_meta
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.cli import main as cli_main
@@ -174,13 +175,12 @@ def test_heartbeats_follow_the_plan_file_and_phase(spool_copy: Path, tmp_path: P
 def test_a_watch_plan_in_the_pods_annotations_gets_the_step_times(
     spool_copy: Path, tmp_path: Path
 ) -> None:
-    """On Kubernetes the plan file is the downward-API annotations file; a `watch` plan is
-    only there (the hook names no plan in its heartbeat), and its statuses carry the hook's
-    mean and longest step for the slowdown trigger."""
+    """On Kubernetes the plan file is the pod's plan annotation, projected alone by the
+    downward API; a `watch` plan is only there (the hook names no plan in its heartbeat), and its
+    statuses carry the hook's mean and longest step for the slowdown trigger."""
     base = LocalStorage(tmp_path / "store")
-    plan = json.dumps({"id": "d-uid-watch", "action": "watch", "steps": 20})
-    plan_file = tmp_path / "annotations"
-    plan_file.write_text(f'perfdiag.io/injected="0.1.0"\nperfdiag.io/plan={json.dumps(plan)}\n')
+    plan_file = tmp_path / "plan"
+    plan_file.write_text(Plan.new(plan_id="d-uid-watch", action="watch", steps=20).to_json())
     beat_path = spool.rank_dir(spool_copy, 0) / spool.HEARTBEAT
     beat = json.loads(beat_path.read_text())
     beat.update(mean_step_ms=52.5, max_step_ms=80.0, mean_steps=20, updated_unix=time.time())

@@ -77,6 +77,34 @@ def test_training_container_and_user_lists_kept() -> None:
     assert agent["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
 
 
+def test_the_plan_file_is_the_plan_annotation_alone() -> None:
+    """One downward-API item: the plan annotation, which the kubelet writes as its raw value
+    (empty when absent); the hook and the agent read it where the podinfo volume is mounted."""
+    patch = inject(_pod(), CONFIG)
+    assert patch is not None
+    spec = patch["spec"]
+    podinfo = next(v for v in spec["volumes"] if v["name"] == "perfdiag-podinfo")
+    assert podinfo == {
+        "name": "perfdiag-podinfo",
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": "plan",
+                    "fieldRef": {"fieldPath": "metadata.annotations['perfdiag.io/plan']"},
+                }
+            ]
+        },
+    }
+    training = spec["containers"][1]
+    agent = spec["initContainers"][-1]
+    for container in (training, agent):
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "perfdiag-podinfo")
+        assert (mount["mountPath"], mount["readOnly"]) == ("/perfdiag/podinfo", True)
+    env = {e["name"]: e.get("value") for e in training["env"]}
+    assert env["PERFDIAG_PLAN"] == "/perfdiag/podinfo/plan"
+    assert agent["args"][agent["args"].index("--plan-file") + 1] == "/perfdiag/podinfo/plan"
+
+
 def test_user_pythonpath_from_a_source_is_kept_by_reference() -> None:
     source = {"configMapKeyRef": {"name": "cfg", "key": "path"}}
     patch = inject(_pod([{"name": "PYTHONPATH", "valueFrom": source}]), CONFIG)

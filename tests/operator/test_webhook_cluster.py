@@ -93,13 +93,20 @@ def test_apiserver_injects_opted_in_pods(cluster: Any, kube_namespace: str) -> N
 
     assert pod["metadata"]["annotations"]["perfdiag.io/injected"]
     spec = pod["spec"]
-    # Volumes: the hook folder, the spool, the pod's annotations (the plan file).
+    # Volumes: the hook folder, the spool, the plan file: the plan annotation alone, which the
+    # kubelet writes as its raw value (the apiserver accepts the subscripted field path).
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["perfdiag-hook"]["empty_dir"] is not None
     assert volumes["perfdiag-spool"]["empty_dir"] is not None
     items = volumes["perfdiag-podinfo"]["downward_api"]["items"]
-    assert [(i["path"], i["field_ref"]["field_path"]) for i in items] == [
-        ("annotations", "metadata.annotations")
+    assert [{key: value for key, value in i.items() if value is not None} for i in items] == [
+        {
+            "path": "plan",
+            "field_ref": {
+                "api_version": "v1",  # the apiserver's default
+                "field_path": "metadata.annotations['perfdiag.io/plan']",
+            },
+        }
     ]
     init = {c["name"]: c for c in spec["init_containers"]}
     assert [c["name"] for c in spec["init_containers"]] == [COPY_CONTAINER, AGENT_CONTAINER]
@@ -109,7 +116,7 @@ def test_apiserver_injects_opted_in_pods(cluster: Any, kube_namespace: str) -> N
     assert agent["restart_policy"] == "Always"  # a native sidecar: the pod still completes
     assert agent["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
     assert agent["args"][:5] == ["agent", "--spool", "/perfdiag/spool", "--plan-file",
-                                 "/perfdiag/podinfo/annotations"]  # fmt: skip
+                                 "/perfdiag/podinfo/plan"]  # fmt: skip
     assert "s3://perfdiag-test/perfdiag/$(POD_NAMESPACE)" in agent["args"]
     agent_env = {e["name"]: e for e in agent["env"]}
     for name, value in [
@@ -132,7 +139,7 @@ def test_apiserver_injects_opted_in_pods(cluster: Any, kube_namespace: str) -> N
     assert node["value_from"]["field_ref"]["field_path"] == "spec.nodeName"  # the machine
     assert env["PYTHONPATH"] == "/perfdiag/hook:/workspace/lib"  # the user's path kept
     assert env["PERFDIAG_SPOOL"] == "/perfdiag/spool"
-    assert env["PERFDIAG_PLAN"] == "/perfdiag/podinfo/annotations"
+    assert env["PERFDIAG_PLAN"] == "/perfdiag/podinfo/plan"
     assert env["HF_HOME"] == "/cache"
     mounts = {m["name"]: m for m in training["volume_mounts"]}
     assert mounts["perfdiag-hook"]["read_only"] is True

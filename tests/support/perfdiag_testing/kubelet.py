@@ -5,9 +5,10 @@ What it does, as the real ones would:
 - every pod gets its own loopback address 127.0.0.<n> (status.podIP), and env values naming
   another pod (a PyTorchJob's MASTER_ADDR is the master pod's service name) resolve to that
   pod's address (cluster DNS);
-- volumes: emptyDir (a folder per pod) and downwardAPI (metadata.annotations / labels, written
-  in the kubelet's format, `key="value"` with Go %q quoting, and refreshed when the pod's
-  annotations change); other volume types are refused (the pod fails);
+- volumes: emptyDir (a folder per pod) and downwardAPI (metadata.annotations / labels written
+  in the kubelet's format, `key="value"` with Go %q quoting; one of them,
+  metadata.annotations['key'], as its raw value, an empty file when absent; refreshed when the
+  pod's metadata changes); other volume types are refused (the pod fails);
 - containers: init containers in order, native sidecars (init containers with restartPolicy
   Always) kept running and restarted when they exit, then the main containers; when they end
   the sidecars get SIGTERM; the pod's phase (Running, Succeeded, Failed) and podIP are written
@@ -77,6 +78,16 @@ def go_quote(value: str) -> str:
 def format_map(values: Mapping[str, str]) -> str:
     """k8s.io/kubernetes/pkg/fieldpath.FormatMap: sorted `key="value"` lines."""
     return "".join(f"{key}={go_quote(values[key])}\n" for key in sorted(values))
+
+
+def _subscripted(path: str, meta: Mapping[str, Any]) -> str | None:
+    """metadata.annotations['key'] / metadata.labels['key']: the value as it is, "" when absent
+    (Kubernetes' fieldpath.ExtractFieldPathAsString, for env and downward-API files alike);
+    None for another path."""
+    match = _FIELD.match(path)
+    if match is None:
+        return None
+    return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -218,14 +229,16 @@ class LocalPod:
                     text = format_map(meta.get("labels") or {})
                 elif path in ("metadata.name", "metadata.namespace", "metadata.uid"):
                     text = str(meta.get(path.split(".")[1], ""))
+                elif path is not None and (value := _subscripted(path, meta)) is not None:
+                    text = value  # the raw value, not quoted
                 else:
                     continue
                 target = self.volumes[volume["name"]] / item["path"]
                 with contextlib.suppress(OSError):
-                    if target.read_text() == text:
+                    if target.read_text(encoding="utf-8") == text:
                         continue
                 tmp = target.with_name(f".{target.name}.tmp")
-                tmp.write_text(text)
+                tmp.write_text(text, encoding="utf-8")  # Go writes the string's UTF-8 bytes
                 os.replace(tmp, target)
 
     # ---- containers ---------------------------------------------------------------------------
@@ -264,9 +277,9 @@ class LocalPod:
                 return str(self.manifest["spec"].get("nodeName") or self.kubelet.node_of(self.name))
             if path.startswith("metadata.") and "[" not in path:
                 return str(meta.get(path.split(".", 1)[1], ""))
-            match = _FIELD.match(path)
-            if match:
-                return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+            value = _subscripted(path, meta)
+            if value is not None:
+                return value
             raise PodFailed(f"fieldRef {path} is not supported here")
         if "secretKeyRef" in source:
             ref = source["secretKeyRef"]
