@@ -494,17 +494,16 @@ def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | 
 def _plan_file_id(plan_file: Path) -> str | None:
     """The id of the plan in the plan file (the plan JSON; in a pod, the plan annotation as the
     downward API projects it, empty when there is none), as the hook reads it."""
-    from perfdiag.collector.hook.plan import PlanError, plan_json
+    from perfdiag.collector.hook.plan import PlanError, parse_plan, plan_json
 
     try:
         text = plan_json(plan_file.read_bytes())
-        plan = json.loads(text) if text is not None else None
-    except (OSError, PlanError, ValueError):
-        return None
-    if not isinstance(plan, dict) or plan.get("action") == "stacks":
+        plan = parse_plan(text) if text is not None else None
+    except (OSError, PlanError):
+        return None  # no plan, or one the hook rejects too: no statuses under its id
+    if plan is None or plan.action == "stacks":
         return None  # a stacks plan has no statuses of its own: the capture's go on
-    plan_id = plan.get("id")
-    return plan_id if isinstance(plan_id, str) and plan_id else None
+    return plan.id
 
 
 def _current_plan(spool_dir: Path, rank: int, plan_file: Path | None) -> str | None:
