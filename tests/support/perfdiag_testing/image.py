@@ -16,6 +16,7 @@ filesystem (no Docker, no image registry).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import fnmatch
 import hashlib
@@ -31,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE_SCRIPT = ROOT / "scripts" / "image-base.sh"
 REPOSITORY = "localhost/perfdiag"
 TAG_PREFIX = "test-"
-KEEP_IMAGES = 3  # older test images (and their root filesystems) are removed
+KEEP_IMAGES = 3  # older test images (and their root filesystems) are removed…
+IN_USE_SECONDS = 4 * 3600  # …unless a test run asked for them this recently: clones on one
+# machine share the cache, and another run may still be running a container of its image
 ROOTFS_CONTAINER = "perfdiag-rootfs-"
 
 
@@ -181,6 +184,7 @@ def build_image(context: Path = ROOT, log_path: Path | None = None) -> BuiltImag
                 log_path.write_text(output)
         info = buildah.inspect(name)
         rootfs = _rootfs(buildah, name, str(info["FromImageID"]))
+        _mark_used(tag)
         _prune(buildah, keep=name)
     finally:
         os.close(fd)
@@ -210,13 +214,34 @@ def _rootfs(buildah: Buildah, name: str, image_id: str) -> Path:
     return Path(buildah("mount", container, what="buildah mount").strip())
 
 
+def _mark_used(tag: str) -> None:
+    used = cache_dir() / "used"
+    used.mkdir(parents=True, exist_ok=True)
+    (used / tag).touch()
+
+
+def _recently_used(names: list[str]) -> bool:
+    now = time.time()
+    for name in names:
+        marker = cache_dir() / "used" / name.rpartition(":")[2]
+        with contextlib.suppress(OSError):
+            if now - marker.stat().st_mtime < IN_USE_SECONDS:
+                return True
+    return False
+
+
 def _prune(buildah: Buildah, keep: str) -> None:
-    """Remove all but the newest KEEP_IMAGES test images and their working containers."""
+    """Remove all but the newest KEEP_IMAGES test images and their working containers, sparing
+    any image a test run asked for within IN_USE_SECONDS."""
     images = json.loads(buildah("images", "--json") or "[]") or []
     prefix = f"{REPOSITORY}:{TAG_PREFIX}"
     ours = [i for i in images if any(n.startswith(prefix) for n in i["names"] or [])]
     ours.sort(key=lambda i: int(i.get("created") or 0), reverse=True)
-    stale = [i for i in ours[KEEP_IMAGES:] if keep not in (i["names"] or [])]
+    stale = [
+        i
+        for i in ours[KEEP_IMAGES:]
+        if keep not in (i["names"] or []) and not _recently_used(i["names"] or [])
+    ]
     containers = json.loads(buildah("containers", "--json") or "[]") or []
     for image in stale:
         for c in containers:
