@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # tests/support/perfdiag_testing/image.py
 BASE_SCRIPT = ROOT / "scripts" / "image-base.sh"
 REPOSITORY = "localhost/perfdiag"
 TAG_PREFIX = "test-"
