@@ -91,7 +91,7 @@ def test_hook_folder_is_where_the_webhook_copies_it_from(tmp_path: Path) -> None
 
     hook = materialize(tmp_path / "hook")
     assert (hook / "sitecustomize.py").is_file()
-    assert (hook / "perfdiag" / "collector" / "hook.py").is_file()
+    assert (hook / "perfdiag" / "collector" / "hook" / "__init__.py").is_file()
 
 
 def test_user_is_the_charts_non_root_user() -> None:

@@ -120,7 +120,7 @@ def test_setup_succeeds_without_a_c_compiler(tmp_path: Path) -> None:
     source = tmp_path / "src"
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name if source.exists() else _mkdir(source) / name)
-    (source / "perfdiag" / "kineto").mkdir(parents=True)
+    (source / "perfdiag" / "engine" / "kineto").mkdir(parents=True)
     shutil.copy(ROOT / "perfdiag/engine/kineto/_scan.c", source / "perfdiag/engine/kineto/_scan.c")
     env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}
     done = subprocess.run(

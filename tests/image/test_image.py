@@ -134,8 +134,9 @@ def test_agent_and_analyzer_run_as_the_image_user_against_minio(
 def test_the_image_holds_no_test_support_compiler_or_secrets(perfdiag_image: BuiltImage) -> None:
     root = perfdiag_image.rootfs
     site = root / SITE_PACKAGES
-    assert (site / "perfdiag" / "cli.py").is_file()
+    assert (site / "perfdiag" / "cli" / "__init__.py").is_file()
     assert not (site / "perfdiag" / "testing").exists()
+    assert not (site / "perfdiag_testing").exists()
     for package in ("pytest", "hypothesis", "torch", "mypy", "ruff", "_pytest"):
         assert not (site / package).exists(), package
     for folder in ("src", "wheels", "hook", "tests", "tmp/pd"):
