@@ -7,7 +7,6 @@ perfdiag options set; credentials come from the pod's service account, else $KUB
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 from typing import Any
 
@@ -77,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     if args.recheck_seconds is not None:
         if not 0.1 <= args.recheck_seconds <= 3600:
             raise CliError("--recheck-seconds must be between 0.1 and 3600")
-        config = dataclasses.replace(config, recheck_seconds=args.recheck_seconds)
+        config = config.model_copy(update={"recheck_seconds": args.recheck_seconds})
     try:
         new_api_client()  # fail now, with a message, rather than retry in kopf's startup
     except NoCredentials as exc:
