@@ -33,6 +33,7 @@ COMPONENT = "perfdiag-operator"
 
 RECHECK_ENV = "PERFDIAG_RECHECK_SECONDS"
 DEFAULT_RECHECK_SECONDS = 15.0
+RECHECK_SECONDS_RANGE = (0.1, 3600.0)  # also of `perfdiag operator --recheck-seconds`
 CAPTURE_LEAD_ENV = "PERFDIAG_CAPTURE_LEAD_SECONDS"
 DEFAULT_CAPTURE_LEAD_SECONDS = 90.0
 """How far ahead of the ranks a capture window begins (a triggered one, and a one-shot one whose
@@ -131,7 +132,10 @@ class OperatorConfig(BaseSettings):
     )
 
     recheck_seconds: float = Field(
-        DEFAULT_RECHECK_SECONDS, ge=0.1, le=3600, validation_alias=RECHECK_ENV
+        DEFAULT_RECHECK_SECONDS,
+        ge=RECHECK_SECONDS_RANGE[0],
+        le=RECHECK_SECONDS_RANGE[1],
+        validation_alias=RECHECK_ENV,
     )
     # The perfdiag image: init container, agent sidecar, analyzer Job.
     image: str = Field(DEFAULT_IMAGE, validation_alias="PERFDIAG_IMAGE")
