@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from perfdiag.api.worker import BlockedIn, WorkerPhase, WorkerStatus
 from perfdiag.collector.hook import spool
 from perfdiag.storage import Storage, StorageError, layout, open_storage
+from perfdiag.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from perfdiag.collector.hardware import HardwareSampler, Series
@@ -193,9 +194,9 @@ def _number(value: Any) -> float | None:
 
 @dataclass
 class _Retry:
-    """Backoff of one piece of work after a storage error."""
+    """Backoff of one piece of work after storage errors in a row."""
 
-    delay_s: float = 1.0
+    failures: int = 0
     next_s: float = 0.0
 
 
@@ -235,12 +236,14 @@ def run_agent(
     one the hook reports) when it changed, at most every `heartbeat_s` unless its phase
     changed; upload stack dumps; process every completed window once (remembered in memory
     and by a marker file in the window folder). A storage error postpones that piece of work
-    with exponential backoff (up to `max_backoff_s`); nothing stops the loop but `stop`.
+    with the storage retry policy's backoff (perfdiag.storage.retry: from 1 s, doubling, with
+    jitter, up to `max_backoff_s`); nothing stops the loop but `stop`.
     With `sample_hardware` (and not `once`), the hardware sampler runs from the moment a rank
     arms a window until every such window is processed; each worker's samples go into its
     hardware.parquet and its summary's resource μ/σ.
     """
     state = state or AgentState()
+    backoff = RetryPolicy(initial_delay_s=1.0, max_delay_s=max_backoff_s)
     destinations: dict[str, Storage] = {}
 
     def destination(plan_id: str) -> Storage:
@@ -261,7 +264,7 @@ def run_agent(
                 destination,
                 state,
                 heartbeat_s,
-                max_backoff_s,
+                backoff,
                 keep_raw,
                 pod,
             )
@@ -321,7 +324,7 @@ def _poll_rank(
     destination: Callable[[str], Storage],
     state: AgentState,
     heartbeat_s: float,
-    max_backoff_s: float,
+    backoff: RetryPolicy,
     keep_raw: bool,
     pod: str | None,
 ) -> None:
@@ -331,7 +334,7 @@ def _poll_rank(
         _attempt(
             state,
             ("window", rank, plan_id),
-            max_backoff_s,
+            backoff,
             partial(_process, spool_dir, rank, plan_id, destination, state, keep_raw, pod),
         )
     for plan_id in _stack_dumps(spool_dir, rank):
@@ -340,7 +343,7 @@ def _poll_rank(
         _attempt(
             state,
             ("stacks", rank, plan_id),
-            max_backoff_s,
+            backoff,
             partial(_stacks, spool_dir, rank, plan_id, destination, state),
         )
     current = _current_plan(spool_dir, rank, plan_file)
@@ -348,7 +351,7 @@ def _poll_rank(
         _attempt(
             state,
             ("status", rank, current),
-            max_backoff_s,
+            backoff,
             partial(
                 _heartbeat_status, spool_dir, rank, current, destination, state, heartbeat_s, pod
             ),
@@ -356,7 +359,7 @@ def _poll_rank(
 
 
 def _attempt(
-    state: AgentState, key: tuple[str, int, str], max_backoff_s: float, work: Callable[[], None]
+    state: AgentState, key: tuple[str, int, str], backoff: RetryPolicy, work: Callable[[], None]
 ) -> None:
     retry = state.retries.get(key)
     now = time.monotonic()
@@ -366,16 +369,17 @@ def _attempt(
         work()
     except StorageError as exc:
         retry = retry or _Retry()
+        retry.failures += 1
+        delay = backoff.delay(retry.failures)
         log.warning(
             "rank %d: %s for plan %s failed (%s); retrying in %.0f s",
             key[1],
             key[0],
             key[2],
             exc,
-            retry.delay_s,
+            delay,
         )
-        retry.next_s = now + retry.delay_s
-        retry.delay_s = min(retry.delay_s * 2, max_backoff_s)
+        retry.next_s = now + delay
         state.retries[key] = retry
     else:
         state.retries.pop(key, None)

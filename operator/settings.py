@@ -12,15 +12,16 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import kopf
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import from_json
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from perfdiag import __version__
-from perfdiag.api.validation import validation_problems
 
 PREFIX = "perfdiag.io"
 FINALIZER = f"{PREFIX}/finalizer"
@@ -34,6 +35,7 @@ COMPONENT = "perfdiag-operator"
 
 RECHECK_ENV = "PERFDIAG_RECHECK_SECONDS"
 DEFAULT_RECHECK_SECONDS = 15.0
+RECHECK_SECONDS_RANGE = (0.1, 3600.0)  # also of `perfdiag operator --recheck-seconds`
 CAPTURE_LEAD_ENV = "PERFDIAG_CAPTURE_LEAD_SECONDS"
 DEFAULT_CAPTURE_LEAD_SECONDS = 90.0
 """How far ahead of the ranks a capture window begins (a triggered one, and a one-shot one whose
@@ -41,6 +43,10 @@ step rate was measured), in seconds at the job's step rate: the kubelet rewrites
 downward-API file (where the hooks read the plan) at its periodic sync, within about a minute of
 the annotation changing, and the step counts the operator saw are a few seconds old (the
 agents' uploads, the recheck)."""
+DEADLINE_ENV = "PERFDIAG_ANALYZER_DEADLINE_SECONDS"
+TTL_ENV = "PERFDIAG_ANALYZER_TTL_SECONDS"
+WEBHOOK_ENV = "PERFDIAG_WEBHOOK"
+"""The webhook's variables are PERFDIAG_WEBHOOK_<key>, a key per WebhookConfig field (its alias)."""
 DEFAULT_IMAGE = f"ghcr.io/perfdiag/perfdiag:{__version__}"
 DEFAULT_STORAGE_SECRET = "perfdiag-storage"
 
@@ -70,142 +76,145 @@ DEFAULT_ANALYZER_RESOURCES = Resources(
 )
 
 
-@dataclass(frozen=True)
-class WebhookConfig:
-    """Where the pod mutating webhook is served (kopf.WebhookServer) and how the API server
-    reaches it. Unset port: no webhook is served by this operator process."""
-
-    port: int
-    cert_file: Path
-    key_file: Path
-    ca_file: Path | None = None  # the CA the API server verifies us with (caBundle)
-    addr: str = "0.0.0.0"  # listening address
-    host: str | None = None  # host name or address in the webhook URL; default: addr
-    configuration: str = "perfdiag.io"  # name of the MutatingWebhookConfiguration kopf manages
-    # False (PERFDIAG_WEBHOOK_MANAGE=false, the Helm chart): someone else owns the configuration
-    # and kopf must not create or patch one (the chart's RBAC does not allow it).
-    manage: bool = True
+def _json_text(value: Any) -> Any:
+    """A variable's JSON text parsed, so that pydantic reports a problem inside it by its path."""
+    return from_json(value) if isinstance(value, str) else value
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    """What `perfdiag operator` flags (or PERFDIAG_* variables under `kopf run`) set."""
-
-    recheck_seconds: float = DEFAULT_RECHECK_SECONDS
-    image: str = DEFAULT_IMAGE  # the perfdiag image: init container, agent sidecar, analyzer Job
-    storage: str | None = None  # default storage root, s3://bucket/prefix (PERFDIAG_STORAGE)
-    storage_secret: str = DEFAULT_STORAGE_SECRET  # Secret (per namespace) with the AWS_* vars
-    # S3 endpoint and region given to the agents and the analyzer Job (PERFDIAG_STORAGE_ENDPOINT,
-    # PERFDIAG_STORAGE_REGION), so the namespaces' Secrets need only the credentials.
-    storage_endpoint: str | None = None
-    storage_region: str | None = None
-    webhook: WebhookConfig | None = None
-    agent_resources: Resources = field(default_factory=lambda: DEFAULT_AGENT_RESOURCES)
-    analyzer_resources: Resources = field(default_factory=lambda: DEFAULT_ANALYZER_RESOURCES)
-    analyzer_deadline_seconds: int = 900
-    analyzer_ttl_seconds: int = 3600
-    capture_lead_seconds: float = DEFAULT_CAPTURE_LEAD_SECONDS  # the capture window's lead
-
-    @classmethod
-    def from_env(cls) -> OperatorConfig:
-        env = os.environ
-        config = cls()
-        raw = env.get(RECHECK_ENV)
-        if raw is not None:
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ValueError(f"{RECHECK_ENV}={raw!r} is not a number of seconds") from None
-            if not 0.1 <= value <= 3600:
-                raise ValueError(f"{RECHECK_ENV}={raw!r}: expected 0.1 to 3600 seconds")
-            config = replace(config, recheck_seconds=value)
-        raw = env.get(CAPTURE_LEAD_ENV)
-        if raw is not None:
-            try:
-                lead = float(raw)
-            except ValueError:
-                raise ValueError(f"{CAPTURE_LEAD_ENV}={raw!r} is not a number of seconds") from None
-            if not 0 <= lead <= 3600:
-                raise ValueError(f"{CAPTURE_LEAD_ENV}={raw!r}: expected 0 to 3600 seconds")
-            config = replace(config, capture_lead_seconds=lead)
-        if env.get("PERFDIAG_IMAGE"):
-            config = replace(config, image=env["PERFDIAG_IMAGE"])
-        if env.get("PERFDIAG_STORAGE"):
-            config = replace(config, storage=env["PERFDIAG_STORAGE"].rstrip("/"))
-        if env.get("PERFDIAG_STORAGE_SECRET"):
-            config = replace(config, storage_secret=env["PERFDIAG_STORAGE_SECRET"])
-        if env.get("PERFDIAG_STORAGE_ENDPOINT"):
-            config = replace(config, storage_endpoint=env["PERFDIAG_STORAGE_ENDPOINT"])
-        if env.get("PERFDIAG_STORAGE_REGION"):
-            config = replace(config, storage_region=env["PERFDIAG_STORAGE_REGION"])
-        if env.get("PERFDIAG_AGENT_RESOURCES"):
-            agent = _resources("PERFDIAG_AGENT_RESOURCES", env["PERFDIAG_AGENT_RESOURCES"])
-            config = replace(config, agent_resources=agent)
-        if env.get("PERFDIAG_ANALYZER_RESOURCES"):
-            analyzer = _resources("PERFDIAG_ANALYZER_RESOURCES", env["PERFDIAG_ANALYZER_RESOURCES"])
-            config = replace(config, analyzer_resources=analyzer)
-        if env.get(DEADLINE_ENV):
-            deadline = _bounded_int(DEADLINE_ENV, env[DEADLINE_ENV], 1, 7 * 86400)
-            config = replace(config, analyzer_deadline_seconds=deadline)
-        if env.get(TTL_ENV):
-            config = replace(
-                config, analyzer_ttl_seconds=_bounded_int(TTL_ENV, env[TTL_ENV], 0, 30 * 86400)
-            )
-        return replace(config, webhook=_webhook_from_env())
-
-
-DEADLINE_ENV = "PERFDIAG_ANALYZER_DEADLINE_SECONDS"
-TTL_ENV = "PERFDIAG_ANALYZER_TTL_SECONDS"
-_INT = TypeAdapter(int)
-
-
-def _resources(variable: str, raw: str) -> Resources:
-    try:
-        return Resources.model_validate_json(raw)
-    except ValidationError as exc:
-        raise ValueError(
-            f"{variable}={raw!r} is not a resources object "
-            f'({{"requests": {{...}}, "limits": {{...}}}}): {validation_problems(exc, limit=3)}'
-        ) from None
-
-
-def _bounded_int(variable: str, raw: str, low: int, high: int) -> int:
-    try:
-        value = _INT.validate_json(raw.strip())
-    except ValidationError:
-        raise ValueError(f"{variable}={raw!r} is not a whole number of seconds") from None
-    if not low <= value <= high:
-        raise ValueError(f"{variable}={raw!r}: expected {low} to {high} seconds")
+def _true_or_false(value: Any) -> Any:
+    """Only `true` or `false` (any case): pydantic's bool would also take yes/no/on/off/1/0."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word not in ("true", "false"):
+            raise ValueError("expected true or false")
+        return word == "true"
     return value
 
 
-def _webhook_from_env() -> WebhookConfig | None:
-    """PERFDIAG_WEBHOOK_PORT (0: any free port), _CERT, _KEY, optional _CA, _ADDR, _HOST."""
-    env = os.environ
-    port = env.get("PERFDIAG_WEBHOOK_PORT")
-    if port is None:
-        return None
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"PERFDIAG_WEBHOOK_PORT={port!r} is not a port number")
-    cert, key = env.get("PERFDIAG_WEBHOOK_CERT"), env.get("PERFDIAG_WEBHOOK_KEY")
-    if not cert or not key:
-        raise ValueError(
-            "PERFDIAG_WEBHOOK_PORT is set: PERFDIAG_WEBHOOK_CERT and PERFDIAG_WEBHOOK_KEY must "
-            "name the webhook's TLS certificate and key files"
-        )
-    ca = env.get("PERFDIAG_WEBHOOK_CA")
-    manage = env.get("PERFDIAG_WEBHOOK_MANAGE", "true").strip().lower()
-    if manage not in ("true", "false"):
-        raise ValueError(f"PERFDIAG_WEBHOOK_MANAGE={manage!r}: expected true or false")
-    return WebhookConfig(
-        port=int(port),
-        cert_file=Path(cert),
-        key_file=Path(key),
-        ca_file=Path(ca) if ca else None,
-        addr=env.get("PERFDIAG_WEBHOOK_ADDR", "0.0.0.0"),
-        host=env.get("PERFDIAG_WEBHOOK_HOST") or None,
-        manage=manage == "true",
+ResourcesJson = Annotated[Resources, NoDecode, BeforeValidator(_json_text)]
+TrueOrFalse = Annotated[bool, BeforeValidator(_true_or_false)]
+
+
+class WebhookConfig(BaseModel):
+    """Where the pod mutating webhook is served (kopf.WebhookServer) and how the API server
+    reaches it: PERFDIAG_WEBHOOK_PORT (0: any free port), _CERT, _KEY, optional _CA, _ADDR,
+    _HOST, _MANAGE. Unset port: no webhook is served by this operator process."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    port: int = Field(ge=0, le=65535, validation_alias="PORT")
+    cert_file: Path = Field(
+        validation_alias="CERT",
+        description="the webhook's TLS certificate file, needed with PERFDIAG_WEBHOOK_PORT",
     )
+    key_file: Path = Field(
+        validation_alias="KEY",
+        description="the webhook's TLS key file, needed with PERFDIAG_WEBHOOK_PORT",
+    )
+    # The CA the API server verifies us with (caBundle).
+    ca_file: Path | None = Field(None, validation_alias="CA")
+    addr: str = Field("0.0.0.0", validation_alias="ADDR")  # listening address
+    # Host name or address in the webhook URL; default: addr.
+    host: str | None = Field(None, validation_alias="HOST")
+    # False (PERFDIAG_WEBHOOK_MANAGE=false, the Helm chart): someone else owns the configuration
+    # and kopf must not create or patch one (the chart's RBAC does not allow it).
+    manage: TrueOrFalse = Field(True, validation_alias="MANAGE")
+    configuration: ClassVar[str] = "perfdiag.io"  # the MutatingWebhookConfiguration kopf manages
+
+
+class OperatorConfig(BaseSettings):
+    """What `perfdiag operator` flags or the PERFDIAG_* variables (also under `kopf run`) set:
+    each field reads the variable its alias names; an empty variable counts as unset."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        env_ignore_empty=True,
+        env_nested_delimiter="_",  # PERFDIAG_WEBHOOK_PORT is the webhook's PORT
+    )
+
+    recheck_seconds: float = Field(
+        DEFAULT_RECHECK_SECONDS,
+        ge=RECHECK_SECONDS_RANGE[0],
+        le=RECHECK_SECONDS_RANGE[1],
+        validation_alias=RECHECK_ENV,
+    )
+    # The perfdiag image: init container, agent sidecar, analyzer Job.
+    image: str = Field(DEFAULT_IMAGE, validation_alias="PERFDIAG_IMAGE")
+    # Default storage root, s3://bucket/prefix.
+    storage: str | None = Field(None, validation_alias="PERFDIAG_STORAGE")
+    # Secret (per namespace) with the AWS_* variables.
+    storage_secret: str = Field(DEFAULT_STORAGE_SECRET, validation_alias="PERFDIAG_STORAGE_SECRET")
+    # S3 endpoint and region given to the agents and the analyzer Job, so the namespaces'
+    # Secrets need only the credentials.
+    storage_endpoint: str | None = Field(None, validation_alias="PERFDIAG_STORAGE_ENDPOINT")
+    storage_region: str | None = Field(None, validation_alias="PERFDIAG_STORAGE_REGION")
+    webhook: WebhookConfig | None = Field(None, validation_alias=WEBHOOK_ENV)
+    agent_resources: ResourcesJson = Field(
+        DEFAULT_AGENT_RESOURCES, validation_alias="PERFDIAG_AGENT_RESOURCES"
+    )
+    analyzer_resources: ResourcesJson = Field(
+        DEFAULT_ANALYZER_RESOURCES, validation_alias="PERFDIAG_ANALYZER_RESOURCES"
+    )
+    analyzer_deadline_seconds: int = Field(900, ge=1, le=7 * 86400, validation_alias=DEADLINE_ENV)
+    analyzer_ttl_seconds: int = Field(3600, ge=0, le=30 * 86400, validation_alias=TTL_ENV)
+    # The capture window's lead.
+    capture_lead_seconds: float = Field(
+        DEFAULT_CAPTURE_LEAD_SECONDS, ge=0, le=3600, validation_alias=CAPTURE_LEAD_ENV
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _no_trailing_slash(cls, storage: str | None) -> str | None:
+        return storage.rstrip("/") if storage else storage
+
+    @field_validator("webhook", mode="before")
+    @classmethod
+    def _served_with_a_port(cls, webhook: Any) -> Any:
+        """PERFDIAG_WEBHOOK_* without PERFDIAG_WEBHOOK_PORT: no webhook (its other variables
+        only say how to serve one)."""
+        return None if isinstance(webhook, dict) and "PORT" not in webhook else webhook
+
+    @classmethod
+    def from_env(cls) -> OperatorConfig:
+        """The configuration the environment sets; a ValueError naming each bad variable."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise ValueError(_explain(exc)) from None
+
+
+def _explain(exc: ValidationError) -> str:
+    """Each bad variable once, with its value and what is wrong in it, then the missing ones."""
+    bad: dict[str, list[str]] = {}
+    unset = []
+    for error in exc.errors():
+        variable, field, path = _variable_of(error["loc"])
+        if error["type"] == "missing":
+            why = f" ({field.description})" if field is not None and field.description else ""
+            unset.append(f"{variable} is not set{why}")
+        else:
+            where = f"{'.'.join(str(part) for part in path)}: " if path else ""
+            message = error["msg"].removeprefix("Value error, ")
+            bad.setdefault(variable, []).append(f"{where}{message}")
+    values = [f"{name}={os.environ.get(name)!r}: {'; '.join(found)}" for name, found in bad.items()]
+    return "; ".join([*values, *unset])
+
+
+def _variable_of(loc: tuple[int | str, ...]) -> tuple[str, FieldInfo | None, list[int | str]]:
+    """The variable an error's location stands for, its field, and the path inside its value."""
+    first, *path = loc
+    field = OperatorConfig.model_fields.get(str(first))  # else `first` is the variable already
+    variable = str(field.validation_alias) if field is not None else str(first)
+    if variable == WEBHOOK_ENV and path:  # PERFDIAG_WEBHOOK_<key>
+        key = str(path.pop(0))
+        fields = WebhookConfig.model_fields.values()
+        return (
+            f"{variable}_{key}",
+            next((f for f in fields if f.validation_alias == key), None),
+            path,
+        )
+    return variable, field, path
 
 
 def configure(settings: kopf.OperatorSettings) -> None:

@@ -1,12 +1,18 @@
-"""report.html: one self-contained page (inline CSS and SVG, no script, no external URL)."""
+"""report.html: one self-contained page (inline CSS and SVG, no script, no external URL).
+
+The page is the template report.html.j2 beside this module, rendered by Jinja2 with
+autoescaping: this module gathers what it shows (plain values, escaped by the template; the
+charts' SVG, escaped by analyzer/charts.py). Jinja2 is imported on the first rendering only.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from html import escape
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -28,51 +34,63 @@ from perfdiag.analyzer.report.charts import (
 )
 from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.ranks import format_runs, merge_runs, run_count
+from perfdiag.api.schema import CATEGORIES, IDLE
+from perfdiag.api.taxonomy import COMMUNICATION
 from perfdiag.api.verdict import RankRange, WorkerInfo
+
+if TYPE_CHECKING:
+    import jinja2
 
 MAX_RANKS_SHOWN = 64
 HEATMAP_ROWS = 20
 MAX_WORKER_ROWS = 200
-CATEGORY_ORDER = [
-    "gpu_compute",
-    "gpu_memory",
-    "cpu_op",
-    "python",
-    "dataloader",
-    "gc",
-    "cuda_runtime",
-    "annotation",
-    "other",
-    "idle",
-    "communication",
-]
+# The breakdown chart stacks a rank's own work first, then idle, then communication on top.
+CATEGORY_ORDER = [*(c for c in CATEGORIES if c != COMMUNICATION), IDLE, COMMUNICATION]
 
 
 def render_report(analysis: Analysis) -> str:
     verdict = analysis.verdict
     culprits = _culprits(analysis)
     shown = _ranks_shown(analysis, culprits)
-    body = [
-        _header(analysis),
-        _findings_section(analysis.reported, "Findings", open_first=True),
-        _step_section(analysis, culprits, shown),
-        _breakdown_section(analysis, culprits, shown),
-        _collectives_section(analysis, culprits, shown),
-        _heatmap_section(analysis, culprits, shown),
-        _workers_section(analysis),
-        _details_section(analysis),
-    ]
-    css = resources.files("perfdiag.analyzer.report.html").joinpath("report.css").read_text()
-    title = f"perfdiag — {verdict.status}: {verdict.summary}"
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{escape(title[:160])}</title>"
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<style>{css}</style></head><body><main>{''.join(body)}"
-        f"<footer>perfdiag {escape(__version__)} · generated "
-        f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}</footer>"
-        "</main></body></html>\n"
+    below = sorted(analysis.below_threshold, key=lambda r: -r.finding.severity)[:10]
+    return _template().render(
+        title=f"perfdiag — {verdict.status}: {verdict.summary}"[:160],
+        css=resources.files("perfdiag.analyzer.report").joinpath("report.css").read_text(),
+        verdict=verdict,
+        facts=_facts(analysis),
+        findings=[_finding_row(item) for item in analysis.reported],
+        ranks_shown=len(shown),
+        ranks_total=len(analysis.account.expected),
+        step_chart=_step_chart(analysis, culprits, shown),
+        breakdown_chart=_breakdown_chart(analysis, culprits, shown),
+        collectives=_collectives(analysis, culprits, shown),
+        heatmap_chart=_heatmap_chart(analysis, culprits, shown),
+        workers=_workers(analysis),
+        below=[_finding_row(item) for item in below],
+        below_count=len(analysis.below_threshold),
+        report_severity=pct(analysis.thresholds.report_severity),
+        notes=analysis.capture.notes,
+        thresholds=json.dumps(analysis.thresholds.model_dump(by_alias=True), indent=2),
+        has_gpu=analysis.has_gpu,
+        peer_groups=analysis.groups.basis,
+        version=__version__,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     )
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfdiag.analyzer.report", "."),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return environment.get_template("report.html.j2")
 
 
 def _culprits(analysis: Analysis) -> set[int]:
@@ -108,71 +126,48 @@ def _ranks_shown(analysis: Analysis, culprits: set[int]) -> list[int]:
     return sorted(chosen)
 
 
-def _header(analysis: Analysis) -> str:
-    v = analysis.verdict
-    window = v.window
+def _facts(analysis: Analysis) -> list[tuple[str, str]]:
+    window = analysis.verdict.window
     account = analysis.account
     facts = [
-        ("source", escape(analysis.capture.source)),
+        ("source", analysis.capture.source),
         ("ranks analysed", f"{len(account.analysed)} of {len(account.expected)}"),
         ("window", f"{window.steps} steps from step {window.start_step}"),
         ("median step", ms(window.step_time_ms.median)),
         ("slowest rank's step", ms(window.step_time_ms.max)),
-        ("peer groups", escape(analysis.groups.basis)),
+        ("peer groups", analysis.groups.basis),
     ]
     if analysis.capture.kind == "kineto":
         facts.append(("input", "Kineto trace files"))
     if analysis.capture.plan is not None:
-        facts.append(("plan", escape(analysis.capture.plan.id)))
-    fact_html = "".join(f"<span>{name}: <b>{value}</b></span>" for name, value in facts)
-    fired = (
-        f'<div class="trigger">Captured on a slowdown: {escape(v.trigger.describe())}</div>'
-        if v.trigger is not None
-        else ""
-    )
-    return (
-        f'<header class="top"><h1>perfdiag report</h1>'
-        f'<span class="badge {v.status}">{escape(v.status)}</span></header>'
-        f"{fired}"
-        f'<div class="summary {v.status}">{escape(v.summary)}</div>'
-        f'<div class="facts">{fact_html}</div>'
-    )
+        facts.append(("plan", analysis.capture.plan.id))
+    return facts
 
 
-def _findings_section(reported: list[Reported], title: str, *, open_first: bool) -> str:
-    if not reported:
-        return (
-            f'<section><h2>{escape(title)}</h2><p class="hint">No finding above the reporting '
-            "threshold.</p></section>"
-        )
-    rows = []
-    for n, item in enumerate(reported):
-        f = item.finding
-        where = ""
-        if f.function:
-            where += f'<div class="fn">{escape(f.function)}</div>'
-        where += (
-            f"<div>rank{'s' if len(f.ranks) != 1 else ''} {escape(format_ranks(f.ranks))}</div>"
-        )
-        evidence = _render_value(f.evidence)
-        opened = " open" if open_first and n == 0 else ""
-        rows.append(
-            '<tr class="finding">'
-            f'<td><div class="sev"><div class="track"><div class="fill" '
-            f'style="width:{min(100.0, f.severity * 100):.1f}%"></div></div>{pct(f.severity)}</div></td>'
-            f'<td class="kind">{escape(f.kind)}<br><span class="muted">{escape(f.category)}</span></td>'
-            f'<td class="where">{where}</td>'
-            f"<td>{escape(f.message)}</td></tr>"
-            f'<tr class="evidence"><td></td><td colspan="3"><details{opened}><summary>evidence'
-            f'</summary><div class="evwrap">{evidence}</div></details></td></tr>'
-        )
-    return (
-        f'<section><h2>{escape(title)}</h2><p class="hint">Sorted by severity: the estimated '
-        'fraction of step time lost.</p><table class="findings"><colgroup><col style="width:'
-        '120px"><col style="width:150px"><col style="width:230px"><col></colgroup><thead>'
-        "<tr><th>severity</th><th>kind</th><th>where</th><th>what, and what to check next</th>"
-        f"</tr></thead><tbody>{''.join(rows)}"
-        "</tbody></table></section>"
+@dataclass(frozen=True)
+class _FindingRow:
+    bar_percent: str
+    """The severity bar's width."""
+    severity: str
+    kind: str
+    category: str
+    function: str | None
+    ranks: str
+    message: str
+    evidence: Evidence
+
+
+def _finding_row(item: Reported) -> _FindingRow:
+    f = item.finding
+    return _FindingRow(
+        bar_percent=f"{min(100.0, f.severity * 100):.1f}",
+        severity=pct(f.severity),
+        kind=f.kind,
+        category=f.category,
+        function=f.function or None,
+        ranks=f"rank{'s' if len(f.ranks) != 1 else ''} {format_ranks(f.ranks)}",
+        message=f.message,
+        evidence=_evidence(f.evidence),
     )
 
 
@@ -206,39 +201,55 @@ def _label(key: str) -> str:
     return LABELS.get(key, key.replace("_", " "))
 
 
-def _render_value(value: Any) -> str:
-    """Evidence as readable HTML: scalars inline, nested objects as blocks, rows as tables."""
+@dataclass(frozen=True)
+class _Fields:
+    """An object: its scalars inline (label, text), then its nested values as blocks."""
+
+    kind: ClassVar[str] = "fields"
+    chips: list[tuple[str, str | None]]
+    blocks: list[tuple[str, Evidence]]
+
+
+@dataclass(frozen=True)
+class _Items:
+    """A list of objects with nested values: one block each."""
+
+    kind: ClassVar[str] = "items"
+    items: list[Evidence]
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A list of flat objects: a row each, a column per key."""
+
+    kind: ClassVar[str] = "table"
+    head: list[str]
+    rows: list[list[str | None]]
+
+
+Evidence = _Fields | _Items | _Table | str | None
+"""A finding's evidence as the report shows it; None: a muted dash."""
+
+
+def _evidence(value: Any) -> Evidence:
+    """Evidence as readable blocks: scalars inline, nested objects as blocks, rows as tables."""
     if isinstance(value, dict):
         if not value:
-            return '<span class="muted">—</span>'
-        flat = [(k, v) for k, v in value.items() if not _is_complex(v)]
-        nested = [(k, v) for k, v in value.items() if _is_complex(v)]
-        parts = []
-        if flat:
-            chips = " · ".join(
-                f'<span class="kv"><span class="muted">{escape(_label(k))}:</span> {_scalar(v)}</span>'
-                for k, v in flat
-            )
-            parts.append(f'<div class="kvs">{chips}</div>')
-        for k, v in nested:
-            parts.append(
-                f'<div class="sub"><div class="subhead">{escape(_label(k))}</div>{_render_value(v)}</div>'
-            )
-        return "".join(parts)
+            return None
+        return _Fields(
+            chips=[(_label(k), _scalar(v)) for k, v in value.items() if not _is_complex(v)],
+            blocks=[(_label(k), _evidence(v)) for k, v in value.items() if _is_complex(v)],
+        )
     if isinstance(value, list):
         if value and all(isinstance(v, dict) for v in value):
             if any(_is_complex(x) for v in value for x in v.values()):
-                return "".join(f'<div class="item">{_render_value(v)}</div>' for v in value)
+                return _Items([_evidence(v) for v in value])
             keys: list[str] = []
             for v in value:
                 keys += [k for k in v if k not in keys]
-            head = "".join(f"<th>{escape(_label(k))}</th>" for k in keys)
-            body = "".join(
-                "<tr>" + "".join(f"<td>{_scalar(v.get(k))}</td>" for k in keys) + "</tr>"
-                for v in value
-            )
-            return f'<table class="ev"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-        return escape(", ".join(str(v) for v in value)) or '<span class="muted">—</span>'
+            rows = [[_scalar(v.get(k)) for k in keys] for v in value]
+            return _Table(head=[_label(k) for k in keys], rows=rows)
+        return ", ".join(str(v) for v in value) or None
     return _scalar(value)
 
 
@@ -248,21 +259,21 @@ def _is_complex(value: Any) -> bool:
     return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: Any) -> str | None:
     if value is None:
-        return '<span class="muted">—</span>'
+        return None
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):
         if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return escape(format_ranks(value))
-        return escape(", ".join(str(v) for v in value)) or '<span class="muted">—</span>'
-    return escape(str(value))
+            return format_ranks(value)
+        return ", ".join(str(v) for v in value) or None
+    return str(value)
 
 
-def _step_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+def _step_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
     steps = analysis.steps
     position = {int(r): i for i, r in enumerate(steps.ranks)}
     medians = steps.median_ms
@@ -304,24 +315,7 @@ def _step_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> s
             )
         )
     median = analysis.verdict.window.step_time_ms.median
-    chart = bar_chart(bars, unit=" ms", reference=median, reference_label=f"median {ms(median)}")
-    note = _shown_note(shown, analysis)
-    return (
-        '<section><h2>Step time per rank</h2><p class="hint">Median step time of each rank '
-        "in the window. In synchronous data-parallel training every rank takes about as long as "
-        "the slowest one — the breakdown below shows who works and who waits. "
-        f'<span class="culprit">Red</span>: rank named in a finding.{note}</p>{chart}</section>'
-    )
-
-
-def _shown_note(shown: list[int], analysis: Analysis) -> str:
-    total = len(analysis.account.expected)
-    if len(shown) == total:
-        return ""
-    return (
-        f" Showing {len(shown)} of {total} ranks: those named in findings, missing or stuck, the "
-        "slowest, and an even sample of the rest."
-    )
+    return bar_chart(bars, unit=" ms", reference=median, reference_label=f"median {ms(median)}")
 
 
 def _host(analysis: Analysis, rank: int) -> str:
@@ -330,7 +324,8 @@ def _host(analysis: Analysis, rank: int) -> str:
     return f" ({host})" if host else ""
 
 
-def _breakdown_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+def _breakdown_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+    """The category breakdown per rank; empty without category columns."""
     features = analysis.features
     cat_cols = np.flatnonzero(features.level == LEVEL_CATEGORY)
     if not len(features.ranks) or not len(cat_cols):
@@ -357,21 +352,23 @@ def _breakdown_section(analysis: Analysis, culprits: set[int], shown: list[int])
                 highlight=rank in culprits,
             )
         )
-    chart = stacked_bars(bars, unit=" ms", categories=order)
-    return (
-        '<section><h2>Where each rank\'s step goes</h2><p class="hint">Mean ms per step by '
-        "category on the critical path (overlaps removed: each instant is charged once; "
-        "communication includes Python frames blocked on a collective). A culprit shows more "
-        "work; the ranks waiting for it show more communication.</p>"
-        f"{chart}</section>"
-    )
+    return stacked_bars(bars, unit=" ms", categories=order)
 
 
-def _collectives_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+@dataclass(frozen=True)
+class _Collectives:
+    matched: int
+    """Collectives matched across ranks."""
+    clocks: str
+    """How their wait and transfer were split."""
+    chart: str
+
+
+def _collectives(analysis: Analysis, culprits: set[int], shown: list[int]) -> _Collectives | None:
     """Matched collectives per rank: time waiting for the last rank vs transfer."""
     result = analysis.collectives
     if result is None:
-        return ""
+        return None
     features = analysis.features
     per_rank = result.per_rank
     position = {int(r): i for i, r in enumerate(features.ranks)}
@@ -399,24 +396,18 @@ def _collectives_section(analysis: Analysis, culprits: set[int], shown: list[int
             )
         )
     if not bars:
-        return ""
+        return None
     clocks = (
         "arrival times on the trace clocks"
         if result.instances.clock_aligned
         else "durations only (the ranks' clocks do not line up)"
     )
-    return (
-        '<section><h2>Collectives: waiting vs transfer</h2><p class="hint">'
-        f"{result.instance_count} collectives matched across ranks (process group + "
-        f"sequence number); mean ms per step of each rank's collective time, split by "
-        f"{escape(clocks)} into the wait until the last rank arrived and the transfer after. "
-        "The rank that arrives last waits least: long waits mark victims; a long transfer "
-        "marks a slow link.</p>"
-        f"{stacked_bars(bars, unit=' ms', categories=categories)}</section>"
-    )
+    chart = stacked_bars(bars, unit=" ms", categories=categories)
+    return _Collectives(matched=result.instance_count, clocks=clocks, chart=chart)
 
 
-def _heatmap_section(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+def _heatmap_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+    """The top functions × ranks heatmap of β; empty without function columns."""
     features = analysis.features
     dev = analysis.deviations
     fn_cols = np.flatnonzero(features.level == LEVEL_FUNCTION)
@@ -453,17 +444,30 @@ def _heatmap_section(analysis: Analysis, culprits: set[int], shown: list[int]) -
         cells.append(row)
     labels = [features.label(k) for k in rows]
     flagged_ranks = {j for j, r in enumerate(columns) if r in culprits}
-    chart = heatmap(labels, [str(r) for r in columns], cells, flagged_cols=flagged_ranks)
-    return (
-        '<section><h2>Top functions × rank (β)</h2><p class="hint">β: share of the window '
-        "each function holds on the critical path. Rows: the functions with the largest β and "
-        "those flagged as outliers (red outline: outlying against its peers, material and "
-        "persistent). Hover a cell for values.</p>"
-        f'<div class="heatwrap">{chart}</div></section>'
-    )
+    return heatmap(labels, [str(r) for r in columns], cells, flagged_cols=flagged_ranks)
 
 
-def _workers_section(analysis: Analysis) -> str:
+@dataclass(frozen=True)
+class _WorkerRow:
+    ranks: str
+    host: str
+    pod: str
+    state: str
+    step: str
+    work: str
+    wait: str
+    note: str
+
+
+@dataclass(frozen=True)
+class _Workers:
+    rows: list[_WorkerRow]
+    unlisted_problems: int  # missing or stuck workers beyond the rows
+    unlisted_problem_ranks: str  # their ranks, as runs
+    unlisted_healthy: int
+
+
+def _workers(analysis: Analysis) -> _Workers:
     account = analysis.account
     features = analysis.features
     position = {int(r): i for i, r in enumerate(features.ranks)}
@@ -486,11 +490,7 @@ def _workers_section(analysis: Analysis) -> str:
     for w in listed:
         if isinstance(w, RankRange):
             ranks = format_runs([(w.first, w.last)])
-            rows.append(
-                f'<tr><td class="num">{ranks}</td><td>—</td><td>—</td>'
-                '<td class="state-missing">missing</td><td class="num">—</td>'
-                f'<td class="num">—</td><td class="num">—</td><td>{escape(w.reason)}</td></tr>'
-            )
+            rows.append(_WorkerRow(ranks, "—", "—", "missing", "—", "—", "—", w.reason))
             continue
         i = position.get(w.rank)
         step = ms(float(analysis.steps.median_ms[i])) if i is not None else "—"
@@ -502,52 +502,15 @@ def _workers_section(analysis: Analysis) -> str:
             note = f"step {s.step} not advancing for {s.stalled_s:.0f} s" + (
                 f"; top of stack: {s.stack[0]}" if s.stack else ""
             )
-        rows.append(
-            f'<tr><td class="num">{w.rank}</td><td>{escape(w.host or "—")}</td>'
-            f'<td>{escape(w.pod or "—")}</td><td class="state-{w.state}">{w.state}</td>'
-            f'<td class="num">{step}</td><td class="num">{work}</td><td class="num">{wait}</td>'
-            f"<td>{escape(note)}</td></tr>"
-        )
-    more = ""
-    healthy_unlisted = len(healthy) - (len(listed) - len(problems))
-    if unlisted_problems:
-        runs = merge_runs(
-            (p.rank, p.rank) if isinstance(p, WorkerInfo) else (p.first, p.last)
-            for p in unlisted_problems
-        )
-        more += (
-            f'<p class="hint">{run_count(runs)} more missing or stuck workers not listed '
-            f"(ranks {escape(format_runs(runs))}).</p>"
-        )
-    if healthy_unlisted:
-        more += f'<p class="hint">{healthy_unlisted} more healthy workers not listed.</p>'
-    return (
-        '<section><h2>Workers</h2><table class="workers"><thead><tr><th class="num">rank</th><th>host</th>'
-        '<th>pod</th><th>state</th><th class="num">median step</th><th class="num">outside '
-        'communication /step</th><th class="num">communication + waits /step</th><th>note</th></tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>{more}</section>"
+        host, pod = w.host or "—", w.pod or "—"
+        rows.append(_WorkerRow(str(w.rank), host, pod, w.state, step, work, wait, note))
+    runs = merge_runs(
+        (p.rank, p.rank) if isinstance(p, WorkerInfo) else (p.first, p.last)
+        for p in unlisted_problems
     )
-
-
-def _details_section(analysis: Analysis) -> str:
-    parts = ["<section><h2>Analysis details</h2>"]
-    if analysis.below_threshold:
-        below = sorted(analysis.below_threshold, key=lambda r: -r.finding.severity)[:10]
-        parts.append(
-            f"<details><summary>{len(analysis.below_threshold)} observation(s) below the "
-            f"reporting threshold ({pct(analysis.thresholds.report_severity)})</summary>"
-            + _findings_section(below, "Below threshold", open_first=False)
-            + "</details>"
-        )
-    if analysis.capture.notes:
-        notes = "".join(f"<li>{escape(n)}</li>" for n in analysis.capture.notes)
-        parts.append(f"<details><summary>notes</summary><ul>{notes}</ul></details>")
-    thresholds = json.dumps(analysis.thresholds.model_dump(by_alias=True), indent=2)
-    parts.append(
-        f"<details><summary>thresholds used</summary><pre>{escape(thresholds)}</pre></details>"
+    return _Workers(
+        rows=rows,
+        unlisted_problems=run_count(runs),
+        unlisted_problem_ranks=format_runs(runs),
+        unlisted_healthy=len(healthy) - (len(listed) - len(problems)),
     )
-    parts.append(
-        f'<p class="hint">Expected ranges applied: {"GPU" if analysis.has_gpu else "CPU"} job. '
-        f"Peer groups: {escape(analysis.groups.basis)}.</p></section>"
-    )
-    return "".join(parts)

@@ -7,7 +7,6 @@ perfdiag options set; credentials come from the pod's service account, else $KUB
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 from typing import Any
 
@@ -68,16 +67,17 @@ def main(args: argparse.Namespace) -> int:
 
     from perfdiag.operator import handlers  # noqa: F401  (registers the handlers with kopf)
     from perfdiag.operator.kube import NoCredentials, new_api_client
-    from perfdiag.operator.settings import OperatorConfig
+    from perfdiag.operator.settings import RECHECK_SECONDS_RANGE, OperatorConfig
 
     try:
         config = OperatorConfig.from_env()
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     if args.recheck_seconds is not None:
-        if not 0.1 <= args.recheck_seconds <= 3600:
-            raise CliError("--recheck-seconds must be between 0.1 and 3600")
-        config = dataclasses.replace(config, recheck_seconds=args.recheck_seconds)
+        low, high = RECHECK_SECONDS_RANGE
+        if not low <= args.recheck_seconds <= high:
+            raise CliError(f"--recheck-seconds must be between {low:g} and {high:g}")
+        config = config.model_copy(update={"recheck_seconds": args.recheck_seconds})
     try:
         new_api_client()  # fail now, with a message, rather than retry in kopf's startup
     except NoCredentials as exc:

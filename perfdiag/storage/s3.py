@@ -3,9 +3,10 @@
 - Atomic objects: a single PUT, or a multipart upload that becomes visible only when completed
   (a failed one is aborted; readers never see part of an object).
 - Transient failures (connection refused/reset, timeouts, 5xx, SlowDown) are retried with
-  exponential backoff and jitter for a bounded time, then raise StorageUnavailable naming the
-  endpoint. The minio client's own urllib3 retries are off and its timeouts short, so an
-  outage surfaces within that policy instead of urllib3's five-minute defaults.
+  exponential backoff and jitter for a bounded time (perfdiag.storage.retry, the policy the
+  collector agent follows too), then raise StorageUnavailable naming the endpoint. The minio
+  client's own urllib3 retries are off and its timeouts short, so an outage surfaces within
+  that policy instead of urllib3's five-minute defaults.
 - Permanent failures (credentials rejected, bucket missing, access denied) raise StorageError at
   once with a message saying what to fix.
 
@@ -20,10 +21,8 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +42,17 @@ from perfdiag.storage.base import (
     StorageUnavailable,
     check_key,
 )
+from perfdiag.storage.retry import RetryPolicy
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 RETRY_SECONDS_VARIABLE = "PERFDIAG_S3_RETRY_SECONDS"
 DEFAULT_ENDPOINT = "https://s3.amazonaws.com"
+
+# Socket timeouts, which turn a silent server into a (transient) failure: per connection, and per
+# socket read (a healthy server answers a part upload well within it).
+CONNECT_TIMEOUT_S = 3.0
+READ_TIMEOUT_S = 60.0
 
 # Objects up to one part go up in a single PUT; larger ones as multipart in parts of this size.
 PART_SIZE = 16 << 20
@@ -78,26 +83,6 @@ _TRANSIENT_CODES = frozenset(
 )
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long one storage operation keeps trying through transient failures (counted from
-    its first failure), and the socket timeouts that turn a silent server into a failure."""
-
-    max_elapsed_s: float = 60.0
-    initial_delay_s: float = 0.2
-    max_delay_s: float = 5.0
-    connect_timeout_s: float = 3.0
-    # Per socket read: a healthy server answers a part upload well within this.
-    read_timeout_s: float = 60.0
-
-    def delays(self) -> Iterator[float]:
-        """Exponential backoff with jitter (half fixed, half random) so clients spread out."""
-        delay = self.initial_delay_s
-        while True:
-            yield delay / 2 + random.uniform(0, delay / 2)
-            delay = min(delay * 2, self.max_delay_s)
 
 
 @dataclass(frozen=True)
@@ -175,9 +160,7 @@ class S3Storage(Storage):
         self.retry = retry or RetryPolicy()
         self.part_size = part_size
         http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(
-                connect=self.retry.connect_timeout_s, read=self.retry.read_timeout_s
-            ),
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             retries=False,  # retrying is ours (see _call)
             maxsize=8,
             cert_reqs="CERT_REQUIRED",
@@ -349,31 +332,20 @@ class S3Storage(Storage):
     ) -> T:
         if check_bucket:
             self._check_bucket()
-        delays = self.retry.delays()
-        attempts = 0
-        failing_since: float | None = None
-        while True:
-            attempts += 1
-            try:
-                return operation()
-            except StorageError:
-                raise
-            except Exception as exc:
-                if not _is_transient(exc):
-                    raise self._permanent_error(what, uri, exc) from exc
-                last = exc
-            # The budget counts from the first failure: a long upload that fails late still
-            # gets its full share of retries.
-            now = time.monotonic()
-            failing_since = now if failing_since is None else failing_since
-            delay = next(delays)
-            if now - failing_since + delay > self.retry.max_elapsed_s:
-                raise StorageUnavailable(
-                    f"S3 endpoint {self.endpoint_url} unavailable: {what} {uri} failed "
-                    f"{attempts} {'attempt' if attempts == 1 else 'attempts'} over "
-                    f"{now - failing_since:.1f} s; last error: {_describe(last)}"
-                ) from last
-            time.sleep(delay)
+
+        def unavailable(last: BaseException, attempts: int, failing_s: float) -> StorageError:
+            return StorageUnavailable(
+                f"S3 endpoint {self.endpoint_url} unavailable: {what} {uri} failed "
+                f"{attempts} {'attempt' if attempts == 1 else 'attempts'} over "
+                f"{failing_s:.1f} s; last error: {_describe(last)}"
+            )
+
+        try:
+            return self.retry.call(operation, transient=_is_transient, give_up=unavailable)
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise self._permanent_error(what, uri, exc) from exc
 
     def _permanent_error(self, what: str, uri: str, exc: Exception) -> StorageError:
         at = f"at {self.endpoint_url}"
@@ -405,7 +377,7 @@ class S3Storage(Storage):
         return StorageError(f"cannot {what} {uri} {at}: {_describe(exc)}")
 
 
-def _status_of(exc: Exception) -> int | None:
+def _status_of(exc: BaseException) -> int | None:
     if isinstance(exc, S3Error):
         return int(exc.response.status) if exc.response is not None else None
     if isinstance(exc, ServerError):
@@ -416,7 +388,7 @@ def _status_of(exc: Exception) -> int | None:
     return None
 
 
-def _is_transient(exc: Exception) -> bool:
+def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, S3Error) and exc.code in _TRANSIENT_CODES:
         return True
     status = _status_of(exc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -173,3 +175,24 @@ def test_collective_view_renders_for_gpu_traces(tmp_path: Path) -> None:
     assert {s["title"].split(" ")[1] for s in waits} >= {"0", "2", "3"}
     culprit = [s for s in transfers if s["title"].startswith("rank 1 ")]
     assert culprit and "arrived last in 100%" in culprit[0]["title"]
+
+
+def test_untrusted_text_is_escaped_and_never_evaluated() -> None:
+    """Names from traces go through the template's autoescaping as text: markup is escaped,
+    template syntax stays literal, control characters pass through as they are."""
+    names = ["{{ 7*7 }} {% if x %}", "\x1b]0;pwned\x07 a & b 'q' \"qq\""]
+    faults = [Fault([1], names[0], "python", 40), Fault([2], names[1], "cpu_op", 35)]
+    html = _report_of(SyntheticJob(n_ranks=4, seed=2, faults=faults))
+    assert "{{ 7*7 }} {% if x %}" in html and ">49<" not in html
+    assert "\x1b]0;pwned\x07 a &amp; b &#39;q&#39; &#34;qq&#34;" in html
+
+
+def test_rendering_imports_jinja2_only_when_called() -> None:
+    code = (
+        "import sys; import perfdiag.analyzer.report as r; "
+        "print('jinja2' in sys.modules, hasattr(r, 'render_report'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["False", "True"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import kopf
 import pytest
 
-from perfdiag.operator.settings import OperatorConfig, configure, configure_webhook
+from perfdiag.operator.settings import DEFAULT_IMAGE, OperatorConfig, configure, configure_webhook
 
 
 def test_kopf_bookkeeping_lives_under_perfdiag_io() -> None:
@@ -51,8 +53,42 @@ def test_storage_image_and_webhook_from_env(monkeypatch: pytest.MonkeyPatch) -> 
     assert config.webhook is not None
     assert (config.webhook.port, str(config.webhook.cert_file)) == (9443, "/tls/tls.crt")
     monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "https")
-    with pytest.raises(ValueError, match="not a port number"):
+    with pytest.raises(ValueError, match=r"PERFDIAG_WEBHOOK_PORT='https': .*valid integer"):
         OperatorConfig.from_env()
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "65536")
+    with pytest.raises(ValueError, match=r"PERFDIAG_WEBHOOK_PORT='65536': .*65535"):
+        OperatorConfig.from_env()
+
+
+def test_empty_or_unrelated_variables_leave_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty variable counts as unset; names are case-sensitive; the webhook's other
+    variables without a port serve no webhook."""
+    for key in [k for k in os.environ if k.startswith("PERFDIAG_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PERFDIAG_RECHECK_SECONDS", "")
+    monkeypatch.setenv("PERFDIAG_STORAGE", "")
+    monkeypatch.setenv("perfdiag_image", "lower:case")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_ADDR", "127.0.0.1")
+    config = OperatorConfig.from_env()
+    assert (config.recheck_seconds, config.storage, config.webhook) == (15.0, None, None)
+    assert config.image == DEFAULT_IMAGE
+
+
+def test_every_problem_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFDIAG_RECHECK_SECONDS", "soon")
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", "-1")
+    monkeypatch.setenv("PERFDIAG_WEBHOOK_PORT", "9443")
+    monkeypatch.delenv("PERFDIAG_WEBHOOK_CERT", raising=False)
+    monkeypatch.delenv("PERFDIAG_WEBHOOK_KEY", raising=False)
+    with pytest.raises(ValueError) as caught:
+        OperatorConfig.from_env()
+    message = str(caught.value)
+    assert "PERFDIAG_RECHECK_SECONDS='soon': Input should be a valid number" in message
+    assert (
+        "PERFDIAG_CAPTURE_LEAD_SECONDS='-1': Input should be greater than or equal to 0" in message
+    )
+    assert "PERFDIAG_WEBHOOK_CERT is not set (the webhook's TLS certificate file" in message
+    assert "PERFDIAG_WEBHOOK_KEY is not set" in message
 
 
 CHART_ENV = {
@@ -98,7 +134,7 @@ def test_resources_limits_and_endpoint_from_env(monkeypatch: pytest.MonkeyPatch)
         ("PERFDIAG_AGENT_RESOURCES", '{"request": {"cpu": "1"}}', "request"),
         ("PERFDIAG_ANALYZER_RESOURCES", '{"limits": {"memory": ["4Gi"]}}', "limits.memory"),
         ("PERFDIAG_ANALYZER_DEADLINE_SECONDS", "15m", "PERFDIAG_ANALYZER_DEADLINE_SECONDS"),
-        ("PERFDIAG_ANALYZER_DEADLINE_SECONDS", "0", "expected 1 to"),
+        ("PERFDIAG_ANALYZER_DEADLINE_SECONDS", "0", "greater than or equal to 1"),
         ("PERFDIAG_ANALYZER_TTL_SECONDS", "-1", "PERFDIAG_ANALYZER_TTL_SECONDS"),
     ],
 )
