@@ -2,7 +2,7 @@
 
 The page is the template report.html.j2 beside this module, rendered by Jinja2 with
 autoescaping: this module gathers what it shows (plain values, escaped by the template; the
-charts' SVG, escaped by analyzer/charts.py). Jinja2 is imported on the first rendering only.
+charts' SVG, escaped by analyzer/report/charts.py). Jinja2 is imported on the first rendering only.
 """
 
 from __future__ import annotations
