@@ -189,7 +189,7 @@ def test_untrusted_text_is_escaped_and_never_evaluated() -> None:
 
 def test_rendering_imports_jinja2_only_when_called() -> None:
     code = (
-        "import sys; import perfdiag.analyzer.report as r; "
+        "import sys; import perfdiag.analyzer.report.html as r; "
         "print('jinja2' in sys.modules, hasattr(r, 'render_report'))"
     )
     out = subprocess.run(
