@@ -87,10 +87,6 @@ build_own() {
   "$venv/bin/python" -I -m venv --without-pip "$dir"
   sp=$(site_packages "$dir")
   echo "import site; site.addsitedir('$(site_packages "$venv")')" >"$sp/perfdiag-shared-deps.pth"
-  # The suite's support package (test kubelet, servers, synthetic traces): development only.
-  # And perfdiag imported from the installed tree at start-up: `python -m`/`-c` in the
-  # repository root put the root first on sys.path, where perfdiag/ lacks the component folders.
-  printf '%s\nimport perfdiag\n' "$root/tests/support" >"$sp/perfdiag-dev.pth"
   # The build rewrites the extension in place: give running processes' mapped copy its own inode.
   for so in perfdiag/engine/kineto/_scan.*.so; do
     [ -f "$so" ] && cp -p "$so" "$so.tmp" && mv -f "$so.tmp" "$so"
@@ -113,6 +109,11 @@ build_own() {
     [ -d "$src" ] || { log "error: no folder $src for $sub"; exit 1; }
     rm -rf "$sub" && ln -s "$src" "${sub%/}"
   done
+  # Once perfdiag is installed: the suite's support package (test kubelet, servers, synthetic
+  # traces) on the path, development only; and perfdiag imported from the installed tree at
+  # start-up: `python -m`/`-c` in the repository root put the root first on sys.path, where
+  # perfdiag/ lacks the component folders.
+  printf '%s\nimport perfdiag\n' "$root/tests/support" >"$sp/perfdiag-dev.pth"
   for src in "$venv"/bin/*; do
     name=$(basename "$src")
     case "$name" in python* | activate* | Activate.ps1 | perfdiag) continue ;; esac
