@@ -1,4 +1,4 @@
-"""Cross-worker analysis of many workers' summaries (issue 4, deliverable 6; docs/design.md §5).
+"""Cross-worker analysis of many workers' summaries (docs/design.md §5).
 
 Builds the per-worker summaries of a synthetic data-parallel job (tests/analyzer/conftest.py's
 SyntheticJob: 15 rows per worker, one injected Python hotspot), then times

@@ -1,4 +1,4 @@
-"""Raw analysis of many synthetic GPU ranks, streamed (issue 4, deliverable 6).
+"""Raw analysis of many synthetic GPU ranks, streamed.
 
 Writes N ranks of Kineto traces (perfdiag_testing.synthetic_trace, one straggler), then runs
 `perfdiag.analyzer.analyze` on the folder with progress shown, and prints wall time, peak
