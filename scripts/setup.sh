@@ -102,12 +102,13 @@ build_own() {
   # instead, so that a module added or moved inside one is importable at once.
   local tree sub name
   tree=$(head -n 1 "$sp"/__editable__.perfdiag-*.pth)/perfdiag
-  for sub in "$tree"/*/; do
+  for sub in "$tree"/*; do
     name=$(basename "$sub")
-    [ "$name" = __pycache__ ] && continue
+    [ -d "$sub" ] && [ "$name" != __pycache__ ] || continue
     if [ -d "perfdiag/$name" ]; then src=$root/perfdiag/$name; else src=$root/$name; fi
     [ -d "$src" ] || { log "error: no folder $src for $sub"; exit 1; }
-    rm -rf "$sub" && ln -s "$src" "${sub%/}"
+    # No trailing slash: a link already there is replaced, never followed into the checkout.
+    rm -rf "$sub" && ln -s "$src" "$sub"
   done
   # Once perfdiag is installed: the suite's support package (test kubelet, servers, synthetic
   # traces) on the path, development only; and perfdiag imported from the installed tree at
