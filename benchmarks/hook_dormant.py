@@ -75,9 +75,14 @@ def dormant_call_costs(
     }
 
 
-def make_training(threads: int) -> tuple[Callable[[], None], torch.optim.Optimizer]:
+def make_training(
+    threads: int | None = None,
+) -> tuple[Callable[[], None], torch.optim.Optimizer]:
+    """A small MLP's training step (SGD, batch 32) and its optimizer; `threads`: torch's
+    intra-op threads (None: as they are). benchmarks/hook_export.py trains the same model."""
     torch.manual_seed(0)
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 256), torch.nn.ReLU(),
         torch.nn.Linear(256, 256), torch.nn.ReLU(),

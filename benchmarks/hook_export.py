@@ -21,27 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from hook_dormant import make_training
 from torch.autograd.profiler import record_function
 
 from perfdiag.collector.hook.profiler import EXPORT_KINETO_SAVE, ProfilerSession
-
-
-def make_training() -> Callable[[], None]:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 10),
-    )  # fmt: skip
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    inputs, targets = torch.randn(32, 256), torch.randint(0, 10, (32,))
-
-    def train_step() -> None:
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(inputs), targets).backward()
-        optimizer.step()
-
-    return train_step
 
 
 def profiled_steps(train_step: Callable[[], None], steps: int) -> None:
@@ -59,7 +42,12 @@ def hook_path(train_step: Callable[[], None], steps: int, stacks: bool, out: Pat
     return time.perf_counter() - begun
 
 
-def public_path(train_step: Callable[[], None], steps: int, stacks: bool, out: Path) -> float:
+def public_path(
+    train_step: Callable[[], None], steps: int, stacks: bool, out: Path, eager: bool = False
+) -> float:
+    """`profile.stop()` + `export_chrome_trace()`; `eager`: as older torch runs it, stop()
+    parsing every event into Python objects (torch 2.1 parses eagerly; newer versions defer
+    it, so it is forced here)."""
     profile = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], with_stack=stacks, record_shapes=False
     )
@@ -67,24 +55,15 @@ def public_path(train_step: Callable[[], None], steps: int, stacks: bool, out: P
     profiled_steps(train_step, steps)
     begun = time.perf_counter()
     profile.stop()
+    if eager:
+        assert profile.profiler is not None
+        profile.profiler.function_events  # noqa: B018 - the eager parse of older torch versions
     profile.export_chrome_trace(str(out))
     return time.perf_counter() - begun
 
 
 def eager_public_path(train_step: Callable[[], None], steps: int, stacks: bool, out: Path) -> float:
-    """The public path as older torch runs it: stop() parses every event into Python objects
-    (torch 2.1 parses eagerly; newer versions defer it, so it is forced here)."""
-    profile = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], with_stack=stacks, record_shapes=False
-    )
-    profile.start()
-    profiled_steps(train_step, steps)
-    begun = time.perf_counter()
-    profile.stop()
-    assert profile.profiler is not None
-    profile.profiler.function_events  # noqa: B018 - the eager parse of older torch versions
-    profile.export_chrome_trace(str(out))
-    return time.perf_counter() - begun
+    return public_path(train_step, steps, stacks, out, eager=True)
 
 
 def main() -> int:
@@ -92,7 +71,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10, help="analysed steps (+1 warm-up)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    train_step = make_training()
+    train_step, _ = make_training()
     for _ in range(20):
         train_step()
     print(

@@ -223,6 +223,28 @@ def decide(
     return Decision(status)
 
 
+def _failed(
+    status: PerfDiagnosisStatus,
+    generation: int,
+    now: datetime,
+    reason: str,
+    message: str,
+    actions: Sequence[Action] = (),
+    **update: Any,
+) -> Decision:
+    """The diagnosis ends without a verdict: phase Failed, Stalled with `reason`, a Warning
+    event; `update`: more of the status that changes with it."""
+    new = status.model_copy(
+        update={
+            "phase": "Failed",
+            "completion_time": now,
+            **update,
+            "conditions": _conds(status, _stalled(reason, message), generation, now),
+        }
+    )
+    return Decision(new, list(actions), events=[Event("Warning", reason, message)])
+
+
 def _pending(
     name: str,
     uid: str,
@@ -392,6 +414,50 @@ def _step_rate(
     return max(rates)
 
 
+def _capture_of(watch: WatchStatus) -> str | None:
+    """The capture plan's id, from the watch plan's (None: the status lost its watch plan)."""
+    return watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
+
+
+def _step_advanced(
+    watch: WatchStatus, world: World, step: int, step_unix: float | None, now: datetime
+) -> dict[str, Any]:
+    """The watch status' furthest step and when it ended, when the job moved past the last
+    one measured (the step rate is measured from there); else nothing changes."""
+    if world.workers and (watch.rate_step is None or step > watch.rate_step):
+        ended = datetime.fromtimestamp(step_unix, tz=timezone.utc) if step_unix is not None else now
+        return {"step": step, "rate_step": step, "rate_time": ended}
+    return {}
+
+
+def _capture_sent(
+    status: PerfDiagnosisStatus,
+    generation: int,
+    now: datetime,
+    watch: WatchStatus,
+    plan: Plan,
+    expected: int,
+    message: str,
+) -> PerfDiagnosisStatus:
+    """Watching ends with the capture plan sent: phase Capturing, its window, the ranks
+    expected."""
+    return status.model_copy(
+        update={
+            "phase": "Capturing",
+            "watch": watch,
+            "window": WindowStatus(
+                plan_id=plan.id,
+                start_step=plan.start_step,
+                steps=plan.steps,
+                deadline=plan.deadline.replace(microsecond=0),
+                start_time=now,
+            ),
+            "workers": WorkersStatus(expected=expected),
+            "conditions": _conds(status, _running("Capturing", message), generation, now),
+        }
+    )
+
+
 def _watch_ended(
     status: PerfDiagnosisStatus, generation: int, now: datetime, gone: str | None
 ) -> Decision:
@@ -402,14 +468,7 @@ def _watch_ended(
     else:
         reason = "NoWatch"
         message = "phase Watching without a watch plan (status.watch.planId is unset)"
-    new = status.model_copy(
-        update={
-            "phase": "Failed",
-            "completion_time": now,
-            "conditions": _conds(status, _stalled(reason, message), generation, now),
-        }
-    )
-    return Decision(new, ["disarm"], events=[Event("Warning", reason, message)])
+    return _failed(status, generation, now, reason, message, ["disarm"])
 
 
 def _watching(
@@ -425,7 +484,7 @@ def _watching(
         return _measuring(generation, spec, status, world, target, now, lead_seconds)
     watch = status.watch or WatchStatus()
     rule = spec.trigger.slowdown.rule()
-    capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
+    capture = _capture_of(watch)
     if not world.pods or capture is None:
         gone = f"the pods of {target} are gone before a {rule.percent:g}% slowdown"
         return _watch_ended(status, generation, now, gone if capture is not None else None)
@@ -447,9 +506,7 @@ def _watching(
     slowest = job_report(reports, rule)
     if latest is not None and slowest is not None and track.last_step != watch.rule_step:
         update.update({"step_ms": round(latest[1], 3), "rank": slowest.rank})
-    if world.workers and (watch.rate_step is None or step > watch.rate_step):
-        ended = datetime.fromtimestamp(step_unix, tz=timezone.utc) if step_unix is not None else now
-        update.update({"step": step, "rate_step": step, "rate_time": ended})
+    update.update(_step_advanced(watch, world, step, step_unix, now))
     new_watch = watch.model_copy(update=update)
 
     if fired is not None:
@@ -462,20 +519,8 @@ def _watching(
             f"slowdown: {fired.describe()}; plan {capture} sent: capturing "
             f"{spec.capture.steps} steps from step {start}"
         )
-        new = status.model_copy(
-            update={
-                "phase": "Capturing",
-                "watch": new_watch,
-                "window": WindowStatus(
-                    plan_id=capture,
-                    start_step=start,
-                    steps=spec.capture.steps,
-                    deadline=plan.deadline.replace(microsecond=0),
-                    start_time=now,
-                ),
-                "workers": WorkersStatus(expected=expected_ranks(world.pods)),
-                "conditions": _conds(status, _running("Capturing", message), generation, now),
-            }
+        new = _capture_sent(
+            status, generation, now, new_watch, plan, expected_ranks(world.pods), message
         )
         return Decision(
             new, ["record_trigger", "arm"], plan, [Event("Warning", "SlowdownDetected", message)]
@@ -511,7 +556,7 @@ def _measuring(
     once a rank reported, the capture plan begins the lead ahead of the furthest step at the
     job's rate; when no rate came within RATE_WAIT_S, it goes without a start step."""
     watch = status.watch or WatchStatus()
-    capture = watch.plan_id[: -len(WATCH_SUFFIX)] if watch.plan_id else None
+    capture = _capture_of(watch)
     if not world.pods or capture is None:
         reached = f" (last reported step {watch.step})" if watch.step is not None else ""
         gone = f"the pods of {target} are gone before the capture began{reached}"
@@ -524,16 +569,14 @@ def _measuring(
         "reporting": len(world.workers),
         "steps_per_second": round(rate, 3) if rate is not None else None,
     }
-    if world.workers and (watch.rate_step is None or step > watch.rate_step):
-        ended = datetime.fromtimestamp(step_unix, tz=timezone.utc) if step_unix is not None else now
-        update.update({"step": step, "rate_step": step, "rate_time": ended})
+    update.update(_step_advanced(watch, world, step, step_unix, now))
     new_watch = watch.model_copy(update=update)
     expected = expected_ranks(world.pods)
     waited = (now - watch.start_time).total_seconds() if watch.start_time is not None else 0.0
 
     if (rate is not None and rate > 0) or waited >= RATE_WAIT_S:
         if rate is not None and rate > 0:
-            start: int | None = start_step_ahead(step, rate, lead_seconds)
+            start = start_step_ahead(step, rate, lead_seconds)
             plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead_seconds)
             message = (
                 f"step rate {rate:.3g} steps/s at step {step} ({len(world.workers)} rank(s) "
@@ -543,7 +586,6 @@ def _measuring(
             )
             kind: Literal["Normal", "Warning"] = "Normal"
         else:
-            start = None
             plan = capture_plan(spec, capture, now)
             heard = (
                 f"{len(world.workers)} rank(s) reported, at step {step}, without a step time"
@@ -558,21 +600,7 @@ def _measuring(
                 f"different steps), deadline {plan.deadline:%H:%M:%SZ}"
             )
             kind = "Warning"
-        new = status.model_copy(
-            update={
-                "phase": "Capturing",
-                "watch": new_watch,
-                "window": WindowStatus(
-                    plan_id=capture,
-                    start_step=start,
-                    steps=spec.capture.steps,
-                    deadline=plan.deadline.replace(microsecond=0),
-                    start_time=now,
-                ),
-                "workers": WorkersStatus(expected=expected),
-                "conditions": _conds(status, _running("Capturing", message), generation, now),
-            }
-        )
+        new = _capture_sent(status, generation, now, new_watch, plan, expected, message)
         return Decision(new, ["arm"], plan, [Event(kind, "PlanSent", message)])
 
     progress = (
@@ -722,19 +750,16 @@ def _capturing(
     )
     reached = _reached(status, world)
     if gone and not began and (window.start_step is None or (reached or 0) < window.start_step):
-        message = ended_before_window_message(window, reached, target)
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "workers": counts(expected),
-                "window": window.model_copy(update={"completion_time": now}),
-                "conditions": _conds(
-                    status, _stalled(ENDED_BEFORE_WINDOW, message), generation, now
-                ),
-            }
+        return _failed(
+            status,
+            generation,
+            now,
+            ENDED_BEFORE_WINDOW,
+            ended_before_window_message(window, reached, target),
+            ["disarm"],
+            workers=counts(expected),
+            window=window.model_copy(update={"completion_time": now}),
         )
-        return Decision(new, ["disarm"], events=[Event("Warning", ENDED_BEFORE_WINDOW, message)])
 
     if (expected and finished >= expected) or deadline_passed or gone or stacks_in:
         missing = max(expected - len(done), 0)
@@ -831,28 +856,14 @@ def _analyzing(
     if not (status.artifacts and status.artifacts.prefix):
         # Only a status written by hand gets here: there is no capture to analyze.
         message = "phase Analyzing without a capture (status.artifacts.prefix is unset)"
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "conditions": _conds(status, _stalled("NoCapture", message), generation, now),
-            }
-        )
-        return Decision(new, events=[Event("Warning", "NoCapture", message)])
+        return _failed(status, generation, now, "NoCapture", message)
     if job is None:
         return Decision(status, ["launch_job"])
     if job.outcome == "running":
         return Decision(status)
     if job.outcome == "failed":
         message = f"the analyzer Job failed ({job.reason}): {job.message or 'see its pod logs'}"
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "conditions": _conds(status, _stalled("AnalyzerFailed", message), generation, now),
-            }
-        )
-        return Decision(new, events=[Event("Warning", "AnalyzerFailed", message)])
+        return _failed(status, generation, now, "AnalyzerFailed", message)
     if world.verdict is None:
         if world.storage_error:  # storage down: keep trying
             return Decision(
@@ -872,16 +883,7 @@ def _analyzing(
                 )
             )
         message = f"the analyzer Job succeeded but verdict.json is unusable: {world.verdict_error}"
-        new = status.model_copy(
-            update={
-                "phase": "Failed",
-                "completion_time": now,
-                "conditions": _conds(
-                    status, _stalled("VerdictUnreadable", message), generation, now
-                ),
-            }
-        )
-        return Decision(new, events=[Event("Warning", "VerdictUnreadable", message)])
+        return _failed(status, generation, now, "VerdictUnreadable", message)
     summary = verdict_summary(world.verdict)
     prefix = (status.artifacts.prefix if status.artifacts else None) or ""
     artifacts = Artifacts(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kubernetes as _kubernetes
@@ -52,6 +52,23 @@ def status_of(exc: Exception) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def _unless_gone(call: Callable[[], Any], gone: tuple[int, ...] = (404,)) -> Any:
+    """What the call returns, or None when the API answers one of the `gone` statuses (404: no
+    such object)."""
+    try:
+        return call()
+    except ApiException as exc:
+        if status_of(exc) in gone:
+            return None
+        raise
+
+
+def _read_json(read: Callable[[], Any]) -> dict[str, Any] | None:
+    """The object a read returns unparsed (`_preload_content=False`), None when it is gone."""
+    response = _unless_gone(read)
+    return None if response is None else cast(dict[str, Any], json.loads(response.data))
+
+
 def _is_missing_kind(exc: Any) -> bool:
     """A 404 for a resource type the server does not serve (no CRD), not for a missing object."""
     try:
@@ -72,13 +89,14 @@ class Kube:
 
     # ---- PerfDiagnosis ---------------------------------------------------------------------
     def get_diagnosis(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
-        return cast(dict[str, Any], obj)
+        return cast(
+            "dict[str, Any] | None",
+            _unless_gone(
+                lambda: self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                )
+            ),
+        )
 
     def patch_status(
         self, namespace: str, name: str, status_patch: Mapping[str, Any], resource_version: str
@@ -92,13 +110,12 @@ class Kube:
         return cast(dict[str, Any], obj)
 
     def delete_diagnosis(self, namespace: str, name: str, uid: str) -> None:
-        try:
-            self.custom.delete_namespaced_custom_object(
+        _unless_gone(
+            lambda: self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, body={"preconditions": {"uid": uid}}
-            )
-        except ApiException as exc:
-            if status_of(exc) not in (404, 409):  # gone already, or a new object of the same name
-                raise
+            ),
+            (404, 409),  # gone already, or a new object of the same name
+        )
 
     def post_event(self, obj: Mapping[str, Any], event: Event) -> None:
         meta = obj["metadata"]
@@ -133,32 +150,22 @@ class Kube:
         return cast(list[dict[str, Any]], json.loads(response.data)["items"])
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
-        return cast(dict[str, Any], json.loads(response.data))
+        return _read_json(
+            lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        )
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        try:
-            self.core.patch_namespaced_pod(
+        _unless_gone(
+            lambda: self.core.patch_namespaced_pod(
                 name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
             )
-        except ApiException as exc:
-            if status_of(exc) != 404:
-                raise
+        )
 
     # ---- analyzer Job ----------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
-        return cast(dict[str, Any], json.loads(response.data))
+        return _read_json(
+            lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False)
+        )
 
     def create_job(self, namespace: str, job: Mapping[str, Any]) -> bool:
         """Create the Job; False when it exists already (created by an earlier pass)."""
@@ -171,13 +178,11 @@ class Kube:
         return True
 
     def delete_job(self, namespace: str, name: str) -> None:
-        try:
-            self.batch.delete_namespaced_job(
+        _unless_gone(
+            lambda: self.batch.delete_namespaced_job(
                 name, namespace, propagation_policy="Background", _preload_content=False
             )
-        except ApiException as exc:
-            if status_of(exc) != 404:
-                raise
+        )
 
     def observe_target(self, namespace: str, target: Target) -> TargetObservation:
         """Read the target (job object, pods) and decide its state."""

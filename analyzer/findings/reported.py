@@ -132,20 +132,25 @@ def _slow_worker_finding(
     )
     who = ranks_phrase(ranks, capital=True)
     verb = "spends" if len(ranks) == 1 else "spend"
+    # The user's own function, when it is not the top contributor itself, and where the ranks
+    # held up by this one wait: said in the message and in the headline.
+    in_user_code = lead.user_function if lead.user_function != top.function else None
+    victims = lead.victims
+    waiting_in = ""
+    if victims is not None:
+        waiting_in = f" in {short(victims.function)}" if victims.function else " in communication"
     message = (
         f"{who} {verb} {ms(lead.excess_ms)}/step more than {'its' if len(ranks) == 1 else 'their'}"
         f" peers outside communication ({pct(lead.severity)} of the {ms(lead.step_ms)} step, "
         f"{_steps_phrase(lead.steps_outlying, lead.steps)}"
         f"{', intermittently' if lead.intermittent else ''}); top contributors: {contributors}."
     )
-    if lead.user_function is not None and lead.user_function != top.function:
-        message += f" In the user's code: {lead.user_function}."
+    if in_user_code is not None:
+        message += f" In the user's code: {in_user_code}."
     if lead.cpu is not None:
         message += f" CPU: {lead.cpu.sentence}."
-    victims = lead.victims
     if victims is not None:
-        where = f" in {short(victims.function)}" if victims.function else " in communication"
-        message += f" {ranks_phrase(victims.ranks, capital=True)} wait for it{where}."
+        message += f" {ranks_phrase(victims.ranks, capital=True)} wait for it{waiting_in}."
     message += f" Cause: {category} ({lead.root_basis}). Next: {NEXT_STEP.get(category, '')}."
     headline = (
         f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} of "
@@ -153,15 +158,14 @@ def _slow_worker_finding(
         f"is extra time its peers don't spend, mostly {what_inline(top.function, top.category)} "
         f"(+{ms(top.excess_ms)}/step, {_category_word(top.category)})"
     )
-    if lead.user_function is not None and lead.user_function != top.function:
-        headline += f" in {lead.user_function}"
+    if in_user_code is not None:
+        headline += f" in {in_user_code}"
     if lead.cpu is not None and lead.cpu.kind in ("blocked", "threads", "throttled", "starved"):
         headline += f" — {lead.cpu.sentence}"
     if lead.hardware is not None:
         headline += f", with {lead.hardware.describe()}: hardware"
     if victims is not None:
-        where = f" in {short(victims.function)}" if victims.function else " in communication"
-        headline += f"; {ranks_phrase(victims.ranks)} wait for it{where}"
+        headline += f"; {ranks_phrase(victims.ranks)} wait for it{waiting_in}"
     evidence = {
         "workers": [_worker_evidence(w) for w in workers[:MAX_WORKERS_IN_EVIDENCE]],
         "worker_count": len(workers),

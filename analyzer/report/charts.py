@@ -63,6 +63,56 @@ def _y_axis(x: float, top: float, height: float, vmax: float, unit: str, width: 
 
 
 @dataclass(frozen=True)
+class _Bars:
+    """The layout of a chart with one bar per rank: the plot area, its scale, the bars' slots."""
+
+    width: float
+    height: float
+    left: float
+    top: float
+    plot_w: float
+    plot_h: float
+    vmax: float
+    slot: float
+    bar_w: float
+    label_every: int
+    """Every how many bars a label is written below (40 labels at most)."""
+
+    @classmethod
+    def layout(cls, count: int, peak: float, *, height: float, top: float, bottom: float) -> _Bars:
+        """`count` bars, the tallest `peak` (with its headroom): the y axis ends at the round
+        value above it."""
+        width, left = 1100.0, 60.0
+        plot_w = width - left - 10
+        n = max(count, 1)
+        slot = plot_w / n
+        return cls(
+            width=width,
+            height=height,
+            left=left,
+            top=top,
+            plot_w=plot_w,
+            plot_h=height - top - bottom,
+            vmax=_nice_max(peak),
+            slot=slot,
+            bar_w=max(1.0, min(60.0, slot * 0.7)),
+            label_every=max(1, math.ceil(n / 40)),
+        )
+
+    def x(self, i: int) -> float:
+        """The left edge of bar `i`, centred in its slot."""
+        return self.left + self.slot * i + (self.slot - self.bar_w) / 2
+
+    def opening(self, unit: str) -> list[str]:
+        """The <svg> element's start and the y axis."""
+        return [
+            f'<svg class="chart" role="img" {_attrs(viewBox=f"0 0 {self.width} {self.height}")} '
+            f'preserveAspectRatio="xMinYMin meet">',
+            _y_axis(self.left, self.top, self.plot_h, self.vmax, unit, self.plot_w),
+        ]
+
+
+@dataclass(frozen=True)
 class Bar:
     label: str
     value: float | None
@@ -74,21 +124,15 @@ class Bar:
 
 
 def bar_chart(bars: list[Bar], *, unit: str, reference: float | None, reference_label: str) -> str:
-    width, height, left, top, bottom = 1100.0, 260.0, 60.0, 24.0, 40.0
-    plot_w, plot_h = width - left - 10, height - top - bottom
     values = [b.value for b in bars if b.value is not None]
-    vmax = _nice_max(max(values, default=1.0) * 1.08)
-    n = max(len(bars), 1)
-    slot = plot_w / n
-    bar_w = max(1.0, min(60.0, slot * 0.7))
-    out = [
-        f'<svg class="chart" role="img" {_attrs(viewBox=f"0 0 {width} {height}")} '
-        f'preserveAspectRatio="xMinYMin meet">',
-        _y_axis(left, top, plot_h, vmax, unit, plot_w),
-    ]
-    label_every = max(1, math.ceil(n / 40))
+    chart = _Bars.layout(
+        len(bars), max(values, default=1.0) * 1.08, height=260.0, top=24.0, bottom=40.0
+    )
+    height, left, top = chart.height, chart.left, chart.top
+    plot_w, plot_h, vmax, bar_w = chart.plot_w, chart.plot_h, chart.vmax, chart.bar_w
+    out = chart.opening(unit)
     for i, bar in enumerate(bars):
-        x = left + slot * i + (slot - bar_w) / 2
+        x = chart.x(i)
         if bar.value is None:
             h = plot_h
             out.append(
@@ -107,7 +151,7 @@ def bar_chart(bars: list[Bar], *, unit: str, reference: float | None, reference_
                 f"<text {_attrs(x=round(x + bar_w / 2, 2), y=round(y, 2), text_anchor='middle', font_size=FONT - 1, fill=bar.color, font_weight='bold')}>"
                 f"{escape(bar.marker)}</text>"
             )
-        if i % label_every == 0:
+        if i % chart.label_every == 0:
             out.append(
                 f"<text {_attrs(x=round(x + bar_w / 2, 2), y=top + plot_h + 16, text_anchor='middle', font_size=FONT - 1, fill='#333')}>"
                 f"{escape(bar.label)}</text>"
@@ -136,21 +180,15 @@ class StackedBar:
 
 
 def stacked_bars(bars: list[StackedBar], *, unit: str, categories: list[str]) -> str:
-    width, height, left, top, bottom = 1100.0, 280.0, 60.0, 16.0, 64.0
-    plot_w, plot_h = width - left - 10, height - top - bottom
     totals = [sum(v for _, v in b.segments) for b in bars]
-    vmax = _nice_max(max(totals, default=1.0) * 1.05)
-    n = max(len(bars), 1)
-    slot = plot_w / n
-    bar_w = max(1.0, min(60.0, slot * 0.7))
-    out = [
-        f'<svg class="chart" role="img" {_attrs(viewBox=f"0 0 {width} {height}")} '
-        f'preserveAspectRatio="xMinYMin meet">',
-        _y_axis(left, top, plot_h, vmax, unit, plot_w),
-    ]
-    label_every = max(1, math.ceil(n / 40))
+    chart = _Bars.layout(
+        len(bars), max(totals, default=1.0) * 1.05, height=280.0, top=16.0, bottom=64.0
+    )
+    height, left, top = chart.height, chart.left, chart.top
+    plot_h, vmax, bar_w = chart.plot_h, chart.vmax, chart.bar_w
+    out = chart.opening(unit)
     for i, bar in enumerate(bars):
-        x = left + slot * i + (slot - bar_w) / 2
+        x = chart.x(i)
         y = top + plot_h
         for category, value in bar.segments:
             if value <= 0:
@@ -166,7 +204,7 @@ def stacked_bars(bars: list[StackedBar], *, unit: str, categories: list[str]) ->
             out.append(
                 f"<rect {_attrs(x=round(x - 2, 2), y=round(y - 2, 2), width=round(bar_w + 4, 2), height=round(top + plot_h - y + 2, 2), fill='none', stroke=CULPRIT, stroke_width=2)}/>"
             )
-        if i % label_every == 0:
+        if i % chart.label_every == 0:
             out.append(
                 f"<text {_attrs(x=round(x + bar_w / 2, 2), y=top + plot_h + 16, text_anchor='middle', font_size=FONT - 1, fill=CULPRIT if bar.highlight else '#333', font_weight='bold' if bar.highlight else 'normal')}>"
                 f"{escape(bar.label)}</text>"

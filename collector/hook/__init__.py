@@ -176,12 +176,7 @@ class Hook:
                 if leader is not None and leader() is not None:
                     return  # another optimizer of the same iteration
                 self._leader = _reference(optimizer)
-            self.step_count += 1
-            slot = self._step_slot
-            self._step_ends[slot] = _clock_ns()
-            self._step_slot = slot + 1 if slot < _LAST_SLOT else 0
-            if self._busy:
-                self._boundary_work()
+            self._step_ended()
         except Exception as exc:
             self._contain(exc)
 
@@ -191,14 +186,19 @@ class Hook:
                 self._explicit = True
                 if self._leader is not None:
                     return  # the optimizer step of this iteration was counted already
-            self.step_count += 1
-            slot = self._step_slot
-            self._step_ends[slot] = _clock_ns()
-            self._step_slot = slot + 1 if slot < _LAST_SLOT else 0
-            if self._busy:
-                self._boundary_work()
+            self._step_ended()
         except Exception as exc:
             self._contain(exc)
+
+    def _step_ended(self) -> None:
+        """A training step ended: count it, note when in the ring of step ends, and do the
+        boundary's work when a plan or a window waits for it."""
+        self.step_count += 1
+        slot = self._step_slot
+        self._step_ends[slot] = _clock_ns()
+        self._step_slot = slot + 1 if slot < _LAST_SLOT else 0
+        if self._busy:
+            self._boundary_work()
 
     def _boundary_work(self) -> None:
         if os.getpid() != self.pid:

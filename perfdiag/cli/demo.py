@@ -12,7 +12,7 @@ from typing import Any
 
 from perfdiag.api import Verdict
 from perfdiag.api.trigger import SlowdownRule
-from perfdiag.cli.run import add_capture_options, print_verdict, window_settings
+from perfdiag.cli.run import add_capture_options, print_verdict, run_training, window_settings
 from perfdiag.local.demo.scenarios import (
     DEFAULT_FAULT_RANK,
     DEFAULT_RANKS,
@@ -124,7 +124,6 @@ def _run_demo(
     stop_file: Path,
 ) -> int:
     from perfdiag.api.thresholds import Thresholds
-    from perfdiag.local.runner import LocalRun, run_local
     from perfdiag.local.torchrun import LaunchTarget
 
     storage = output.storage
@@ -158,16 +157,7 @@ def _run_demo(
         print(f"demo: the diagnosis {word} the scenario: {judgement.explanation}", file=stream)
         stream.flush()
 
-    run = LocalRun(
-        torchrun_argv=argv,
-        target=target,
-        settings=settings,
-        json_output=args.json,
-        spool_dir=args.spool,
-        verbose=args.verbose,
-        created_output=output.created,
-    )
-    run_local(run, storage, progress, on_verdict)
+    run_training(args, output, argv, target, settings, progress, on_verdict)
     if judgements and judgements[0].matches:
         return 0
     raise CliError(

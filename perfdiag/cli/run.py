@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ from perfdiag.api.stall import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_STEP_FACTOR
 from perfdiag.api.trigger import DEFAULT_BASELINE_STEPS, MAX_BASELINE_STEPS, SlowdownRule
 from perfdiag.local.errors import CliError
 from perfdiag.local.hang import EXIT_HANG
-from perfdiag.local.output import default_out, open_output
+from perfdiag.local.output import Output, default_out, open_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.target_check import check_target
 from perfdiag.local.torchrun import (
+    LaunchTarget,
     add_torchrun_options,
     local_world_size,
     nnodes_max,
@@ -168,8 +170,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfdiag.local.runner import LocalRun, run_local
-
     target = target_from(args)
     multi_node = nnodes_max(args) > 1
     if multi_node and args.on_slowdown is not None:
@@ -182,9 +182,36 @@ def main(args: argparse.Namespace) -> int:
     settings = window_settings(args, local_ranks=local_world_size(args))
     check_target(target, dict(os.environ))  # before the output folder is created
     output = open_output(args.out or default_out(), shared=multi_node)
-    storage = output.storage
+    run_training(
+        args,
+        output,
+        torchrun_argv(args, target),
+        target,
+        settings,
+        Progress(quiet=args.quiet),
+        lambda verdict, where: print_verdict(verdict, args, where),
+        multi_node=multi_node,
+    )
+    return 0
+
+
+def run_training(
+    args: argparse.Namespace,
+    output: Output,
+    argv: list[str],
+    target: LaunchTarget,
+    settings: WindowSettings,
+    progress: Progress,
+    on_verdict: Callable[[Verdict, str], None],
+    *,
+    multi_node: bool = False,
+) -> None:
+    """Run the training (`argv`: the torchrun command) to its end with the capture
+    `settings`, as the options shared by `run` and `demo` ask, into `output`."""
+    from perfdiag.local.runner import LocalRun, run_local
+
     run = LocalRun(
-        torchrun_argv=torchrun_argv(args, target),
+        torchrun_argv=argv,
         target=target,
         settings=settings,
         multi_node=multi_node,
@@ -193,9 +220,7 @@ def main(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         created_output=output.created,
     )
-    progress = Progress(quiet=args.quiet)
-    run_local(run, storage, progress, lambda verdict, where: print_verdict(verdict, args, where))
-    return 0
+    run_local(run, output.storage, progress, on_verdict)
 
 
 def window_settings(args: argparse.Namespace, *, local_ranks: int) -> WindowSettings:
