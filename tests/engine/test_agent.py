@@ -17,6 +17,7 @@ from perfdiag.cli import main as cli_main
 from perfdiag.collector.agent import (
     UPLOADED_MARKER,
     AgentState,
+    _plan_file_id,
     process_window,
     run_agent,
     window_complete,
@@ -134,7 +135,8 @@ def test_run_agent_processes_each_window_once(spool_copy: Path, tmp_path: Path) 
 def test_heartbeats_follow_the_plan_file_and_phase(spool_copy: Path, tmp_path: Path) -> None:
     base = LocalStorage(tmp_path / "store")
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps({"id": "p2", "action": "capture", "steps": 3}))
+    # The plan as writers write it: the agent reads it as strictly as the hook does.
+    plan_file.write_text(Plan.new(plan_id="p2", steps=3).to_json())
     beat_path = spool.rank_dir(spool_copy, 0) / spool.HEARTBEAT
     beat = json.loads(beat_path.read_text())
     state = AgentState()
@@ -302,3 +304,14 @@ def test_sidecar_process_uploads_and_stops_on_sigterm(spool_copy: Path, tmp_path
     assert process.returncode == 0, err
     assert "rank 0: window p1 done" in err
     assert (store / "p1" / "workers" / "0" / "summary.parquet").is_file()
+
+
+def test_a_plan_the_hook_rejects_gets_no_statuses(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan"
+    plan_file.write_text(Plan.new(plan_id="ok-plan", steps=3).to_json())
+    assert _plan_file_id(plan_file) == "ok-plan"
+    # Lenient JSON the model would accept, but not the canonical form the hook reads.
+    plan_file.write_text(json.dumps({"id": "p3", "action": "capture", "steps": "3"}))
+    assert _plan_file_id(plan_file) is None
+    plan_file.write_text("")  # a pod without a plan annotation
+    assert _plan_file_id(plan_file) is None
