@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import abc
+import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 class StorageError(Exception):
@@ -83,3 +87,26 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
         raise StorageError(f"invalid storage key {key!r}: keys are relative, '/'-separated paths")
     return key
+
+
+def write_via_temp(target: Path, write: Callable[[BinaryIO], object], *, fsync: bool) -> None:
+    """Write `target` through a temporary file beside it, then rename: readers never see a
+    part, and a failure leaves nothing behind. OSError becomes StorageError."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            if fsync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

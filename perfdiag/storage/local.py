@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
-from perfdiag.storage.base import Storage, StorageError, StorageNotFound, check_key
+from perfdiag.storage.base import (
+    Storage,
+    StorageError,
+    StorageNotFound,
+    check_key,
+    write_via_temp,
+)
 from perfdiag.storage.regular_file import open_regular, read_regular
 
 
@@ -32,28 +38,8 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    def _write_via_temp(self, target: Path, write: object) -> None:
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                assert callable(write)
-                write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
     def put_bytes(self, key: str, data: bytes) -> None:
-        self._write_via_temp(self._path(key), lambda fh: fh.write(data))
+        write_via_temp(self._path(key), lambda fh: fh.write(data), fsync=True)
 
     def get_bytes(self, key: str) -> bytes:
         path = self._path(key)
@@ -65,11 +51,11 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
     def put_file(self, key: str, path: Path) -> None:
-        def copy(fh: object) -> None:
+        def copy(fh: BinaryIO) -> None:
             with path.open("rb") as src:
-                shutil.copyfileobj(src, fh, 1 << 20)  # type: ignore[arg-type]
+                shutil.copyfileobj(src, fh, 1 << 20)
 
-        self._write_via_temp(self._path(key), copy)
+        write_via_temp(self._path(key), copy, fsync=True)
 
     def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)
@@ -80,10 +66,7 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot read {source}: {exc.strerror or exc}") from exc
         with src:
-            LocalStorage(path.parent)._write_via_temp(
-                path,
-                lambda fh: shutil.copyfileobj(src, fh, 1 << 20),
-            )
+            write_via_temp(path, lambda fh: shutil.copyfileobj(src, fh, 1 << 20), fsync=True)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -410,7 +410,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _write_atomically(path: Path, chunks: Iterator[bytes]) -> None:
-    """Stream into a temporary file beside `path`, then rename: readers never see a part."""
+    """Stream into a temporary file beside `path`, then rename: readers never see a part.
+    Unlike base.write_via_temp, only the file's own errors become StorageError: an error of the
+    response stream propagates as it is, for the retry policy to judge."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
