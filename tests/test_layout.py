@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -79,3 +80,73 @@ def test_test_support_is_not_part_of_the_installed_package() -> None:
     assert not any("testing" in name for name in declared), declared
     assert not (ROOT / "perfdiag" / "testing").exists()
     assert (ROOT / "tests" / "support" / "perfdiag_testing" / "__init__.py").is_file()
+
+
+# Which rooms each room may import (docs/design.md §7); `perfdiag` itself (its __version__) is
+# open to all.
+MAY_IMPORT = {
+    "api": set(),
+    "storage": {"api"},
+    "engine": {"api", "storage"},
+    "collector": {"api", "storage", "engine"},
+    "analyzer": {"api", "storage", "engine"},
+    "operator": {"api", "storage"},
+    "local": {"api", "storage", "engine", "collector", "analyzer"},
+    "cli": {"api", "storage", "engine", "collector", "analyzer", "operator", "local"},
+}
+ANALYZER_STAGES = ("load", "compare", "signals", "findings", "report")
+
+
+def _sources() -> dict[str, Path]:
+    """Installed module name → its file, for every module of the package."""
+    found = {}
+    for top, package in (("perfdiag", "perfdiag"), *MAPPED.items()):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = [package, *path.relative_to(ROOT / top).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name.startswith("perfdiag.")}
+
+
+def test_imports_run_one_way_between_rooms() -> None:
+    modules = _sources()
+    wrong = []
+    for module, path in modules.items():
+        room = module.split(".")[1] if module.count(".") else None
+        if room not in MAY_IMPORT:
+            continue
+        for name in _imported(path):
+            target = name.split(".")[1]
+            if name in modules and target != room and target not in MAY_IMPORT[room]:
+                wrong.append(f"{module} -> {name}")
+    assert not wrong, wrong
+
+
+def test_analyzer_stages_import_only_earlier_stages() -> None:
+    wrong = []
+    for module, path in _sources().items():
+        parts = module.split(".")
+        if len(parts) < 4 or parts[1] != "analyzer" or parts[2] not in ANALYZER_STAGES:
+            continue
+        own = ANALYZER_STAGES.index(parts[2])
+        for name in _imported(path):
+            target = name.split(".")
+            if target[1] != "analyzer" or len(target) < 3:
+                continue
+            if (target[2] in ANALYZER_STAGES and ANALYZER_STAGES.index(target[2]) > own) or target[
+                2
+            ] == "pipeline":
+                wrong.append(f"{module} -> {name}")
+    assert not wrong, wrong
