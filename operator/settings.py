@@ -225,7 +225,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=PREFIX, key=DIFFBASE_KEY
     )
     # kopf's own log lines ("Handler ... succeeded") are not posted as Events; the operator posts
-    # its transitions itself (perfdiag.operator.kube.post_event), and kopf's errors still go out.
+    # its transitions itself (perfdiag.operator.kube.Kube.post_event), and kopf's errors still go out.
     settings.posting.level = logging.WARNING
     # Reconnect watches regularly so a silently dropped connection is noticed within minutes.
     settings.watching.server_timeout = 300

@@ -91,7 +91,7 @@ def test_hook_folder_copied_by_the_init_container_imports_without_torch(
         mounts={HOOK_DIR: empty_dir, "/spool": spool},
     )
     out = _ok(done)
-    assert out.split() == [f"{HOOK_DIR}/perfdiag/collector/hook.py", "True"], out
+    assert out.split() == [f"{HOOK_DIR}/perfdiag/collector/hook/__init__.py", "True"], out
     assert "not loaded" not in done.stderr, done.stderr
 
 
