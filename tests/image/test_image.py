@@ -127,7 +127,10 @@ def test_agent_and_analyzer_run_as_the_image_user_against_minio(
     analyze = ["perfdiag", "analyze", f"{s3_prefix}/p1", "--quiet", "--expected-ranks", "1"]
     _ok(run_in_image(perfdiag_image, analyze, tmp_path / "analyzer", env=env))
     verdict = json.loads(storage.get_text("verdict.json"))
-    assert verdict["status"] in ("ok", "degraded"), verdict
+    # One rank of a tiny model: whether an expected-range finding makes it degraded depends on
+    # the host's load; what matters here is a complete verdict, written as the image's user.
+    assert verdict["status"] in ("healthy", "degraded"), verdict
+    assert [w["state"] for w in verdict["workers"]] == ["ok"], verdict["workers"]
     assert storage.exists("report.html")
 
 
