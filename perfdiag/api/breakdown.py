@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-BREAKDOWN_SCHEMA = "perfdiag.engine.breakdown/v1"
+BREAKDOWN_SCHEMA = "perfdiag.breakdown/v1"
 
 
 class RankBreakdown(BaseModel):
@@ -50,8 +50,8 @@ class RankBreakdown(BaseModel):
 
 
 class Breakdown(BaseModel):
-    schema_: Literal["perfdiag.engine.breakdown/v1"] = Field(
-        default="perfdiag.engine.breakdown/v1", alias="schema"
+    schema_: Literal["perfdiag.breakdown/v1"] = Field(
+        default="perfdiag.breakdown/v1", alias="schema"
     )
     ranks: dict[str, RankBreakdown] = Field(description="Global rank (as a string) → breakdown.")
 

@@ -1,7 +1,7 @@
 """Columnar schemas of a capture (docs/design.md §3), versioned.
 
 Every Parquet file perfdiag writes carries, in its Arrow schema metadata:
-  b"perfdiag.api.schema" → the schema id below (e.g. b"perfdiag.engine.summary/v1")
+  b"perfdiag.schema" → the schema id below (e.g. b"perfdiag.summary/v1")
   b"perfdiag.worker" → `WorkerMeta` as JSON (rank, host, pod, the window it belongs to)
 
 Version rule: adding a nullable column keeps the version; renaming, removing or changing the
@@ -36,7 +36,7 @@ events.parquet  (perfdiag.events/v1) — one row per complete event of the windo
   out_msg_bytes int64    bytes that collective outputs (`Out msg nelems` × element size), else null
                          (added in v1, nullable)
 
-summary.parquet (perfdiag.engine.summary/v1) — one row per (function, category) of the worker: the
+summary.parquet (perfdiag.summary/v1) — one row per (function, category) of the worker: the
 behavior pattern of docs/design.md §4. Small by construction: functions under a β floor are folded
 into one "<other>" row per category.
   rank            int32
@@ -77,10 +77,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfdiag.api.verdict import WorkCategory
 
 EVENTS_SCHEMA_ID = "perfdiag.events/v1"
-SUMMARY_SCHEMA_ID = "perfdiag.engine.summary/v1"
+SUMMARY_SCHEMA_ID = "perfdiag.summary/v1"
 HARDWARE_SCHEMA_ID = "perfdiag.hardware/v1"
 
-META_SCHEMA = b"perfdiag.api.schema"
+META_SCHEMA = b"perfdiag.schema"
 META_WORKER = b"perfdiag.worker"
 
 Category = Literal[WorkCategory, "annotation", "other"]

@@ -1,4 +1,4 @@
-"""`analyze` of a folder of Kineto traces writes breakdown.json (perfdiag.engine.breakdown/v1)."""
+"""`analyze` of a folder of Kineto traces writes breakdown.json (perfdiag.breakdown/v1)."""
 
 from __future__ import annotations
 

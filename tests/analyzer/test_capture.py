@@ -223,11 +223,11 @@ def test_summary_of_unknown_schema_version_is_refused(local_storage: LocalStorag
 
     current = table_from_bytes(local_storage.get_bytes(key))
     meta = dict(current.schema.metadata)
-    meta[META_SCHEMA] = b"perfdiag.engine.summary/v9"
+    meta[META_SCHEMA] = b"perfdiag.summary/v9"
     local_storage.put_bytes(key, table_to_bytes(current.replace_schema_metadata(meta)))
     verdict = analyze(local_storage)
     assert {w.rank: w.state for w in verdict.workers}[1] == "missing"
-    assert "perfdiag.engine.summary/v9" in verdict.summary
+    assert "perfdiag.summary/v9" in verdict.summary
     assert isinstance(pa.table({"x": [1]}), pa.Table)
 
 

@@ -25,7 +25,7 @@ def _table(rows: int) -> pa.Table:
             "beta_per_step": pa.array(steps, pa.list_(pa.float32())),
         }
     )
-    return table.replace_schema_metadata({b"perfdiag.api.schema": b"perfdiag.engine.summary/v1"})
+    return table.replace_schema_metadata({b"perfdiag.schema": b"perfdiag.summary/v1"})
 
 
 @pytest.mark.parametrize(("rows", "codec"), [(15, "UNCOMPRESSED"), (200_000, "ZSTD")])
