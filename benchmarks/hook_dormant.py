@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/hook_dormant.py            # about two minutes
     .venv/bin/python benchmarks/hook_dormant.py --quick    # a rough look in ~20 s
+    .venv/bin/python benchmarks/hook_dormant.py --device cuda   # the model on the GPU
 
 1. The per-step cost of the dormant step hook, in ns: torch's global optimizer post hook and the
    explicit perfdiag.collector.step(), each minus an empty function with the same signature.
@@ -76,10 +77,11 @@ def dormant_call_costs(
 
 
 def make_training(
-    threads: int | None = None,
+    threads: int | None = None, device: str = "cpu"
 ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
     """A small MLP's training step (SGD, batch 32) and its optimizer; `threads`: torch's
-    intra-op threads (None: as they are). benchmarks/hook_export.py trains the same model."""
+    intra-op threads (None: as they are). benchmarks/hook_export.py trains the same model.
+    On cuda each step ends with a synchronize, so that a step is its kernels' time too."""
     torch.manual_seed(0)
     if threads is not None:
         torch.set_num_threads(threads)
@@ -87,25 +89,31 @@ def make_training(
         torch.nn.Linear(256, 256), torch.nn.ReLU(),
         torch.nn.Linear(256, 256), torch.nn.ReLU(),
         torch.nn.Linear(256, 10),
-    )  # fmt: skip
+    ).to(device)  # fmt: skip
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    inputs, targets = torch.randn(32, 256), torch.randint(0, 10, (32,))
+    inputs = torch.randn(32, 256, device=device)
+    targets = torch.randint(0, 10, (32,), device=device)
+    cuda = torch.device(device).type == "cuda"
 
     def train_step() -> None:
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(inputs), targets).backward()
         optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
 
     return train_step, optimizer
 
 
-def block_ms(train_step: Callable[[], None], steps: int) -> float:
+def block_ms(train_step: Callable[[], None], steps: int, wall: bool = False) -> float:
     """CPU time of the training thread per step: unlike wall time, it does not count the time
-    the thread waits for a CPU, which dominates the noise on a shared machine."""
-    begun = time.thread_time_ns()
+    the thread waits for a CPU, which dominates the noise on a shared machine. `wall`: wall
+    time instead, for a model on the GPU (its step is the kernels' time, not the thread's)."""
+    clock = time.perf_counter_ns if wall else time.thread_time_ns
+    begun = clock()
     for _ in range(steps):
         train_step()
-    return (time.thread_time_ns() - begun) / steps / 1e6
+    return (clock() - begun) / steps / 1e6
 
 
 def thread_cpu_s(native_id: int) -> float:
@@ -119,13 +127,14 @@ def main() -> int:
     parser.add_argument("--steps-per-block", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--quick", action="store_true", help="fewer pairs and calls")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     pairs = 40 if args.quick else args.pairs
     calls, repeats = (20_000, 5) if args.quick else (200_000, 15)
 
     with tempfile.TemporaryDirectory() as tmp:
         hook = Hook(Path(tmp) / "spool", Path(tmp) / "plan.json", identity_from_env())
-        train_step, optimizer = make_training(args.threads)
+        train_step, optimizer = make_training(args.threads, args.device)
         # The first boundary makes the training's optimizer the counted one and starts the
         # daemon thread, as in a training process.
         hook.optimizer_step(optimizer, (), {})
@@ -148,7 +157,7 @@ def main() -> int:
                     else None
                 )
                 (with_hook if hooked else without).append(
-                    block_ms(train_step, args.steps_per_block)
+                    block_ms(train_step, args.steps_per_block, wall=args.device == "cuda")
                 )
                 if handle is not None:
                     handle.remove()
@@ -163,7 +172,7 @@ def main() -> int:
     median_diff = statistics.median(diffs)
     print(
         f"perfdiag dormant hook: torch {torch.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, torch threads {args.threads}"
+        f"{os.cpu_count()} CPUs, torch threads {args.threads}, model on {args.device}"
     )
     print(f"  optimizer post hook, dormant:      {costs['optimizer_hook_ns']:7.0f} ns per step")
     print(f"  perfdiag.collector.step(), dormant:{costs['explicit_step_ns']:7.0f} ns per step")

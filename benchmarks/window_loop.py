@@ -2,7 +2,11 @@
 DataLoader in one process, with each step's end time recorded.
 
     python window_loop.py --mode none|hook|profiler --window-at W --capture K --after A \
-        [--python-stacks] --result out.json
+        [--python-stacks] [--device cuda] --result out.json
+
+With --device cuda the model and each batch live on the GPU, plain torch.profiler records the
+CUDA activity too (as the hook does where CUDA is available), and each step ends with a
+synchronize so that its recorded end is when its kernels are done.
 
 mode none      no profiling at all
 mode hook      the perfdiag hook (PERFDIAG_SPOOL / PERFDIAG_PLAN / PYTHONPATH set by the caller);
@@ -38,6 +42,7 @@ def main() -> None:
     parser.add_argument("--capture", type=int, default=10)
     parser.add_argument("--python-stacks", action="store_true")
     parser.add_argument("--trace-dir", type=Path, default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--result", type=Path, required=True)
     args = parser.parse_args()
 
@@ -47,7 +52,9 @@ def main() -> None:
     loader = DataLoader(
         SyntheticDataset(batch * 16), batch_size=batch, shuffle=True, drop_last=True
     )
-    model = build_model()
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    model = build_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -61,10 +68,14 @@ def main() -> None:
         hook_meta = Path(os.environ["PERFDIAG_SPOOL"]) / "rank-0" / "windows"
     while step < last_step:
         for inputs, labels in loader:
+            if cuda:
+                inputs, labels = inputs.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             loss.backward()
             optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
             step += 1
             if profiler is not None:
                 profiler.step()
@@ -74,7 +85,8 @@ def main() -> None:
                     profiler = None
             if args.mode == "profiler" and step == args.window_at:
                 profiler = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    activities=[torch.profiler.ProfilerActivity.CPU]
+                    + ([torch.profiler.ProfilerActivity.CUDA] if cuda else []),
                     with_stack=args.python_stacks,
                     record_shapes=False,
                 )

@@ -4,6 +4,7 @@ size of what a window leaves behind (Kineto trace vs events.parquet vs summary.p
 agent's time to process it.
 
     .venv/bin/python benchmarks/window_overhead.py [--repeats 5] [--capture 10] [--steps 120]
+        [--device cuda] [--stacks both|on|off]
 
 Each repetition runs the three modes one after the other in fresh single-process children
 (benchmarks/window_loop.py: the demo's model and DataLoader), with and without Python stacks,
@@ -62,6 +63,8 @@ def run_child(
         str(trace_dir),
         "--result",
         str(result),
+        "--device",
+        args.device,
         *(["--python-stacks"] if python_stacks else []),
     ]
     subprocess.run(argv, env=env, check=True, timeout=600, cwd=work)
@@ -117,7 +120,10 @@ def main() -> None:
     parser.add_argument("--after", type=int, default=60, help="steps run after the window")
     parser.add_argument("--window-at", type=int, default=30)
     parser.add_argument("--capture", type=int, default=10)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--stacks", choices=("both", "on", "off"), default="both")
     args = parser.parse_args()
+    args.stack_modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.stacks]
 
     from perfdiag.collector.hookdir import materialize
 
@@ -126,7 +132,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="perfdiag-bench-") as tmp:
         hook_dir = materialize(Path(tmp) / "hook")
         for repeat in range(args.repeats):
-            for stacks in (True, False):
+            for stacks in args.stack_modes:
                 for mode in ("none", "hook", "profiler"):
                     work = Path(tmp) / f"{repeat}-{mode}-{stacks}"
                     ends, spool = run_child(mode, args, stacks, work, hook_dir)
@@ -149,14 +155,15 @@ def report(
         return statistics.median(values)
 
     print(
-        f"\nwindow of {args.capture} steps (+1 warm-up), demo model, 1 process, medians of "
+        f"\nwindow of {args.capture} steps (+1 warm-up), demo model on {args.device}, 1 process, "
+        f"medians of "
         f"{args.repeats} runs\n"
     )
     print(
         f"{'python stacks':<14} {'mode':<9} {'step outside':>13} {'step inside':>12} "
         f"{'inside/outside':>15} {'hold at end':>12}"
     )
-    for stacks in (True, False):
+    for stacks in args.stack_modes:
         for mode in ("none", "hook", "profiler"):
             samples = results[(mode, stacks)]
             base = med([s.baseline_ms for s in samples])
@@ -173,7 +180,7 @@ def report(
         f"{'python stacks':<14} {'trace.json':>11} {'events.parquet':>15} "
         f"{'summary.parquet':>16} {'trace/summary':>14} {'processing':>11}"
     )
-    for stacks in (True, False):
+    for stacks in args.stack_modes:
         runs = size_runs[stacks]
         trace = med([r["trace.json"] for r in runs])
         events = med([r["events.parquet"] for r in runs])

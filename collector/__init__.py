@@ -4,7 +4,12 @@ This package is copied into training pods with the hook; keep it free of heavy i
 `perfdiag.collector.step()` marks a step boundary explicitly for loops without an optimizer.
 """
 
+from pkgutil import extend_path
 from typing import Callable, Optional
+
+# In a training process the hook folder's copy of this package comes first: keep the installed
+# collector's other modules (the agent) importable there too, as for perfdiag/__init__.py.
+__path__ = extend_path(__path__, __name__)
 
 _hook_step: Optional[Callable[[], None]] = None
 

@@ -28,6 +28,7 @@ from perfdiag.analyzer.compare.outliers import Deviations
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.signals.contention import Contended, CpuWait, explained_by_contention
 from perfdiag.analyzer.signals.cpu_cause import (
+    GPU_WORK,
     CpuCause,
     CpuWork,
     RankCpu,
@@ -261,12 +262,13 @@ def fuse(
         peers = _reference_peers(groups, reference, i)
         material_ms = thresholds.min_excess_fraction * worker.step_ms
         if host is not None:
-            cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
+            gpu_ms = _gpu_excess(worker)
+            cause = explain_excess(host, i, peers, worker.excess_ms, material_ms, gpu_ms)
             if cause.kind == "contended" and work is not None:
                 # The functions' excess is mostly waiting for a CPU, but the rank does compute
                 # longer: it is named for that, and only that.
                 _with_cpu_work(worker, work, thresholds)
-                cause = explain_excess(host, i, peers, worker.excess_ms, material_ms)
+                cause = explain_excess(host, i, peers, worker.excess_ms, material_ms, gpu_ms)
             if cause.kind == "work" and host.on_cpu_steps is not None and work is None:
                 # Its mean says it computes longer, but step by step it does not stand out
                 # from its peers' own swings (work moving from rank to rank: imbalance).
@@ -280,7 +282,11 @@ def fuse(
             if cause.kind == "contended":
                 result.contended_notes.append(f"rank {worker.rank}: {cause.sentence}")
                 continue
-            stretched = _stretched(worker, cause) if host.on_cpu_steps is not None else None
+            stretched = (
+                _stretched(worker, cause, features, functions, i, peers)
+                if host.on_cpu_steps is not None
+                else None
+            )
             if stretched is None and cause.kind == "work" and work is not None:
                 stretched = _same_calls_slower(features, functions, i, peers, work)
             if stretched is not None:
@@ -367,11 +373,28 @@ def fuse(
     return result
 
 
-def _stretched(worker: SlowWorker, cause: CpuCause) -> str | None:
+def _gpu_excess(worker: SlowWorker) -> float:
+    """The rank's GPU time (kernels, copies) beyond its peers', ms/step."""
+    return sum(max(c.excess_ms, 0.0) for c in worker.categories if c.category in GPU_WORK)
+
+
+def _stretched(
+    worker: SlowWorker,
+    cause: CpuCause,
+    features: Features,
+    functions: np.ndarray,
+    i: int,
+    peers: np.ndarray,
+) -> str | None:
     """Why a rank that computes longer is not named when no function and no category holds
     its extra computation: the same work ran slower on its CPU (a core shared with other busy
-    threads, a slower core), which is no work of its own. None when something holds it."""
+    threads, a slower core), which is no work of its own. None when something holds it, or
+    when its extra time is in calls its peers do not make (work of its own, however it spreads
+    over Python, ops and kernel launches)."""
     if cause.kind != "work":
+        return None
+    share = _new_calls_share(features, functions, i, peers)
+    if share is not None and share >= NEW_CALLS_SHARE:
         return None
     on_cpu = cause.evidence["on_cpu_ms_per_step"]
     if on_cpu["rank"] is None or on_cpu["peers_median"] is None:
@@ -412,9 +435,29 @@ def _same_calls_slower(
     runs beside which other thread (caches, memory bandwidth, a sibling hyperthread) makes
     the same work slower on one rank for a while. None when it makes calls its peers do not,
     or computes steadily longer than that noise reaches."""
+    if work.steady_ratio >= SAME_CALLS_MIN_RATIO:
+        return None
+    share = _new_calls_share(features, functions, i, peers)
+    if share is None or share >= NEW_CALLS_SHARE:
+        return None
+    return (
+        f"its training thread computed {work.on_cpu_ms - work.peers_on_cpu_ms:.1f} ms/step "
+        f"longer than its peers', in the same calls as theirs (no function it calls more often "
+        f"or alone), and by ×{work.steady_ratio:.2f} or less in a quarter of the steps: the same "
+        "work ran slower on its CPU for a while (a core shared with other busy threads); "
+        "not named"
+    )
+
+
+def _new_calls_share(
+    features: Features, functions: np.ndarray, i: int, peers: np.ndarray
+) -> float | None:
+    """The share of rank i's extra time in its functions (over its peers' median) spent in
+    calls its peers do not make: more calls of a function, or a function they do not run.
+    None without call counts, peers or extra time."""
     calls = features.calls
     others = peers[peers != i]
-    if calls is None or not len(others) or work.steady_ratio >= SAME_CALLS_MIN_RATIO:
+    if calls is None or not len(others):
         return None
     own_ms, own_calls = features.ms[i, functions], calls[i, functions]
     peer_ms = np.median(features.ms[np.ix_(others, functions)], axis=0)
@@ -424,15 +467,7 @@ def _same_calls_slower(
     # More than half a call over the window, beyond a 5% jitter (gc runs, retries).
     new_calls = own_calls > peer_calls * 1.05 + 0.5 / steps
     total = float(extra.sum())
-    if total <= 0 or float(extra[new_calls].sum()) >= NEW_CALLS_SHARE * total:
-        return None
-    return (
-        f"its training thread computed {work.on_cpu_ms - work.peers_on_cpu_ms:.1f} ms/step "
-        f"longer than its peers', in the same calls as theirs (no function it calls more often "
-        f"or alone), and by ×{work.steady_ratio:.2f} or less in a quarter of the steps: the same "
-        "work ran slower on its CPU for a while (a core shared with other busy threads); "
-        "not named"
-    )
+    return float(extra[new_calls].sum()) / total if total > 0 else None
 
 
 def _without_engine_wait(worker: SlowWorker) -> None:

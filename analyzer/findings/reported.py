@@ -160,7 +160,13 @@ def _slow_worker_finding(
     )
     if in_user_code is not None:
         headline += f" in {in_user_code}"
-    if lead.cpu is not None and lead.cpu.kind in ("blocked", "threads", "throttled", "starved"):
+    if lead.cpu is not None and lead.cpu.kind in (
+        "blocked",
+        "threads",
+        "throttled",
+        "starved",
+        "device",
+    ):
         headline += f" — {lead.cpu.sentence}"
     if lead.hardware is not None:
         headline += f", with {lead.hardware.describe()}: hardware"

@@ -13,6 +13,7 @@ Compared with its peers (deltas of medians, ms per step), this says why a rank i
 | throttled | the cgroup's CPU quota held the process back | host |
 | starved | the rank waits for a CPU while its peers get one (a noisy neighbour, fewer cores) | host |
 | contended | only run-queue wait, on a host where every rank waits: chance, no rank is named | – |
+| device | the rank's GPU kernels and copies hold at least half its excess: whatever its threads did meanwhile (a training thread asleep in a synchronize, a gloo thread spinning in a device-to-host copy) was waiting for its own GPU | the contributors' (gpu_compute, gpu_memory) |
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ BUSY_THREADS_FACTOR = 4.0
 profiler's threads differ by a few ms per step between healthy ranks."""
 HEALTHY_RUN_SHARE = HEALTHY_PEER_FLOOR["cpu_run_fraction"]
 """Peers that run ≥ this share of their runnable time get a CPU: the host is not oversubscribed."""
-CauseKind = Literal["work", "blocked", "threads", "throttled", "starved", "contended"]
+CauseKind = Literal["work", "blocked", "threads", "throttled", "starved", "contended", "device"]
+GPU_WORK = frozenset({"gpu_compute", "gpu_memory"})
+"""Finding categories of time the GPU spends on the rank's own work (kernels, copies): the CPU
+accounting does not see it, and its threads' waits for it are no cause of their own."""
 
 
 @dataclass(frozen=True)
@@ -211,9 +215,15 @@ def _delta(values: NDArray[np.float64], i: int, peers: NDArray[np.int64]) -> flo
 
 
 def explain_excess(
-    cpu: RankCpu, i: int, peers: NDArray[np.int64], excess_ms: float, material_ms: float
+    cpu: RankCpu,
+    i: int,
+    peers: NDArray[np.int64],
+    excess_ms: float,
+    material_ms: float,
+    gpu_ms: float = 0.0,
 ) -> CpuCause:
-    """Why rank `i` spends `excess_ms` of own time more than its peers."""
+    """Why rank `i` spends `excess_ms` of own time more than its peers; `gpu_ms`: how much of
+    it is GPU time (its kernels and copies, GPU_WORK) beyond its peers'."""
     peers = peers[peers != i]
     d_run = _delta(cpu.on_cpu, i, peers)
     d_off = _delta(cpu.off_cpu, i, peers)
@@ -222,6 +232,19 @@ def explain_excess(
     held = held_back(cpu, i, peers, material_ms)
     if held is not None and held.kind == "throttled":
         return CpuCause("throttled", excess_ms, held.evidence, held.sentence)
+    if gpu_ms >= material_ms and gpu_ms >= 0.5 * excess_ms:
+        # Kernel and copy times are the GPU's own clock: no CPU share dilates them. While the
+        # GPU runs them, the training thread sleeps in a synchronize and a communication
+        # thread may spin in a device-to-host copy; that CPU time is the wait, not the cause.
+        return CpuCause(
+            "device",
+            excess_ms,
+            evidence,
+            f"its GPU spent {gpu_ms:.1f} ms/step longer than its peers' in its own kernels and "
+            f"copies; what its threads did meanwhile (training thread off-CPU {d_off:+.1f}, "
+            f"other threads' CPU {d_other:+.1f} ms/step against its peers') waits for them",
+            gpu_ms,
+        )
     busy_threads = d_other >= BUSY_THREADS_FACTOR * material_ms
     # The CPU accounting must back the excess: what a function's time holds beyond what the
     # rank computed or blocked is run-queue wait, which names no rank. Extra computation on a

@@ -92,6 +92,29 @@ def test_a_busy_background_thread_is_threads() -> None:
     assert cause.kind == "threads"
 
 
+def test_a_rank_waiting_for_its_own_gpu_work_is_named_for_the_gpu_not_its_threads() -> None:
+    """Measured on an H100 (gloo, two ranks on one GPU, extra matrix products on one): while
+    its kernels ran, its training thread slept in a synchronize and gloo's thread spun in the
+    device-to-host copy of the gradients, 59 ms/step of CPU more than its peer's."""
+    waiting = cpu(other_threads=[2.0, 2.2, 61.0, 2.1], off_cpu=[0.2, 0.1, 30.6, 0.2])
+    assert explain_excess(waiting, 2, PEERS, 31.5, MATERIAL).kind == "threads"
+    cause = explain_excess(waiting, 2, PEERS, 31.5, MATERIAL, gpu_ms=34.0)
+    assert cause.kind == "device"
+    assert "its GPU spent 34.0 ms/step longer" in cause.sentence
+    assert cause.evidence["other_threads_cpu_ms_per_step"] == {"rank": 61.0, "peers_median": 2.1}
+
+
+def test_a_little_gpu_time_does_not_explain_a_cpu_cause() -> None:
+    busy = cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2])
+    assert explain_excess(busy, 2, PEERS, 9.0, MATERIAL, gpu_ms=3.0).kind == "threads"
+    assert explain_excess(busy, 2, PEERS, 9.0, MATERIAL, gpu_ms=1.0).kind == "threads"
+
+
+def test_a_cpu_quota_outranks_gpu_time() -> None:
+    held = cpu(throttled=[0.0, 0.0, 30.0, 0.0], cpu_wait=[1.0, 1.1, 31.0, 1.0])
+    assert explain_excess(held, 2, PEERS, 30.0, MATERIAL, gpu_ms=20.0).kind == "throttled"
+
+
 def test_other_threads_noise_of_a_few_ms_names_nothing() -> None:
     # gloo's and the profiler's threads differ by ~2 ms between healthy ranks.
     cause = explain_excess(cpu(other_threads=[2.0, 2.2, 4.0, 2.1]), 2, PEERS, 3.0, MATERIAL)

@@ -39,19 +39,40 @@ WORK = CpuCause(
 )
 
 
+def stretched(rank: SlowWorker, cause: CpuCause, rank1: list[Row] | None = None) -> str | None:
+    """`_stretched` for rank 1 of two whose windows hold SAME_CALLS (rank 1: `rank1`)."""
+    features = features_of({0: SAME_CALLS, 1: rank1 if rank1 is not None else SLOWER_CALLS})
+    functions = features.level == LEVEL_FUNCTION
+    return _stretched(rank, cause, features, functions, 1, np.arange(2))
+
+
 def test_extra_computation_spread_over_everything_is_a_slower_cpu() -> None:
     spread = worker(8.2, [("dataloader", 0.6), ("cpu_op", 0.5), ("python", 0.5)])
-    note = _stretched(spread, WORK)
+    note = stretched(spread, WORK)
     assert note is not None and "the same work ran slower on its CPU" in note
 
 
 def test_extra_computation_one_category_holds_is_the_ranks_own() -> None:
-    assert _stretched(worker(8.2, [("cpu_op", 1.8), ("python", 0.2)]), WORK) is None
+    assert stretched(worker(8.2, [("cpu_op", 1.8), ("python", 0.2)]), WORK) is None
     blocked = CpuCause("blocked", 2.2, WORK.evidence, "")
-    assert _stretched(worker(8.2, [("python", 0.1)]), blocked) is None
+    assert stretched(worker(8.2, [("python", 0.1)]), blocked) is None
 
 
-def features_of(rows: dict[int, list[tuple[str, str, float, int]]], steps: int = 10) -> Features:
+def test_extra_calls_spread_over_python_ops_and_launches_are_the_ranks_own() -> None:
+    """Measured on an H100: a rank launching thousands of one-element kernels spends its extra
+    time in Python, aten ops and kernel launches alike (none holds half), all of it in calls
+    its peer does not make."""
+    spread = worker(8.2, [("cuda_runtime", 0.8), ("cpu_op", 0.7), ("python", 0.4)])
+    launches = [
+        *SAME_CALLS,
+        ("cudaLaunchKernel", "cuda_runtime", 0.8, 300),
+        ("aten::add_", "cpu_op", 0.7, 300),
+        ("add_", "python", 0.4, 300),
+    ]
+    assert stretched(spread, WORK, launches) is None
+
+
+def features_of(rows: dict[int, list[Row]], steps: int = 10) -> Features:
     """Features of ranks whose windows hold `rows`: (function, category, ms, calls) each, over
     `steps` steps of 20 ms."""
     table = pa.table(
@@ -67,7 +88,18 @@ def features_of(rows: dict[int, list[tuple[str, str, float, int]]], steps: int =
     return build_features(table, StepTimes(ranks, np.full((len(ranks), steps), 20.0)), min_beta=0.0)
 
 
+Row = tuple[str, str, float, int]
 HEALTHY = [("aten::mm", "cpu_op", 4.0, 11), ("fetch", "dataloader", 2.0, 1)]
+SAME_CALLS = [
+    ("aten::mm", "cpu_op", 4.0, 11),
+    ("fetch", "dataloader", 2.0, 1),
+    ("f", "python", 1.0, 3),
+]
+SLOWER_CALLS = [
+    ("aten::mm", "cpu_op", 4.5, 11),
+    ("fetch", "dataloader", 2.6, 1),
+    ("f", "python", 1.5, 3),
+]
 
 
 def cpu_work(steady_ratio: float) -> CpuWork:
