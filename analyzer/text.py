@@ -55,6 +55,11 @@ def ranks_phrase(ranks: Iterable[int], capital: bool = False) -> str:
     return runs_phrase(rank_runs(ranks), capital=capital)
 
 
+def waits(ranks: Iterable[int]) -> str:
+    """The verb after ranks_phrase: "rank 0 waits", "ranks 0,2 wait"."""
+    return "waits" if len(set(ranks)) == 1 else "wait"
+
+
 def ms(value: float) -> str:
     """Milliseconds with sensible precision."""
     if abs(value) >= 100:

@@ -111,6 +111,10 @@ def sizes(window: Path, work: Path) -> dict[str, float]:
     }
     kib["trace.json"] = (window / "trace.json").stat().st_size / 1024
     kib["process_s"] = seconds
+    # The hook's own timing of its profiler start and of its stop + export (hook.json).
+    hold = json.loads((window / "hook.json").read_text()).get("hold_ms") or {}
+    kib["hook_start_ms"] = float(hold.get("start", float("nan")))
+    kib["hook_stop_ms"] = float(hold.get("stop", float("nan")))
     return kib
 
 
@@ -178,7 +182,8 @@ def report(
     print(f"\nwindow files (KiB), agent processing time, medians of {args.repeats} runs\n")
     print(
         f"{'python stacks':<14} {'trace.json':>11} {'events.parquet':>15} "
-        f"{'summary.parquet':>16} {'trace/summary':>14} {'processing':>11}"
+        f"{'summary.parquet':>16} {'trace/summary':>14} {'processing':>11} "
+        f"{'hook start':>11} {'hook stop':>10}"
     )
     for stacks in args.stack_modes:
         runs = size_runs[stacks]
@@ -186,9 +191,11 @@ def report(
         events = med([r["events.parquet"] for r in runs])
         summary = med([r["summary.parquet"] for r in runs])
         seconds = med([r["process_s"] for r in runs])
+        start = med([r["hook_start_ms"] for r in runs])
+        stop = med([r["hook_stop_ms"] for r in runs])
         print(
             f"{'on' if stacks else 'off':<14} {trace:11.0f} {events:15.0f} {summary:16.1f} "
-            f"{trace / summary:13.0f}x {seconds:10.2f} s"
+            f"{trace / summary:13.0f}x {seconds:10.2f} s {start:8.0f} ms {stop:7.0f} ms"
         )
 
 

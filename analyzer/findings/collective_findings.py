@@ -16,7 +16,7 @@ import numpy as np
 from perfdiag.analyzer.compare.collectives import CollectiveAnalysis, SlowLink
 from perfdiag.analyzer.compare.features import Features
 from perfdiag.analyzer.findings.reported import MAX_RANKS_IN_EVIDENCE, Reported
-from perfdiag.analyzer.text import NEXT_STEP, ms, pct, ranks_phrase
+from perfdiag.analyzer.text import NEXT_STEP, ms, pct, ranks_phrase, waits
 from perfdiag.api.verdict import Finding
 
 
@@ -92,7 +92,7 @@ def _slow_link(link: SlowLink, analysis: CollectiveAnalysis, features: Features)
     )
     if link.victims:
         message += (
-            f" {ranks_phrase(link.victims, capital=True)} wait for it "
+            f" {ranks_phrase(link.victims, capital=True)} {waits(link.victims)} for it "
             f"({ms(link.victims_wait_ms)}/step, median): they are victims, not culprits."
         )
     message += f" Cause: network (its link moves data slower). Next: {NEXT_STEP['network']}."

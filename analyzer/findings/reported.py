@@ -30,6 +30,7 @@ from perfdiag.analyzer.text import (
     pct,
     ranks_phrase,
     short,
+    waits,
     what,
     what_inline,
 )
@@ -150,7 +151,10 @@ def _slow_worker_finding(
     if lead.cpu is not None:
         message += f" CPU: {lead.cpu.sentence}."
     if victims is not None:
-        message += f" {ranks_phrase(victims.ranks, capital=True)} wait for it{waiting_in}."
+        message += (
+            f" {ranks_phrase(victims.ranks, capital=True)} {waits(victims.ranks)} for it"
+            f"{waiting_in}."
+        )
     message += f" Cause: {category} ({lead.root_basis}). Next: {NEXT_STEP.get(category, '')}."
     headline = (
         f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} of "
@@ -171,7 +175,7 @@ def _slow_worker_finding(
     if lead.hardware is not None:
         headline += f", with {lead.hardware.describe()}: hardware"
     if victims is not None:
-        headline += f"; {ranks_phrase(victims.ranks)} wait for it{waiting_in}"
+        headline += f"; {ranks_phrase(victims.ranks)} {waits(victims.ranks)} for it{waiting_in}"
     evidence = {
         "workers": [_worker_evidence(w) for w in workers[:MAX_WORKERS_IN_EVIDENCE]],
         "worker_count": len(workers),
@@ -401,7 +405,8 @@ def hang_findings(account: WorkerAccount) -> list[Reported]:
         waiting = ""
         if diagnosis.waiting:
             waiting = (
-                f"; {ranks_phrase(diagnosis.waiting)} wait for it in {diagnosis.waiting_in}"
+                f"; {ranks_phrase(diagnosis.waiting)} {waits(diagnosis.waiting)} for it in "
+                f"{diagnosis.waiting_in}"
                 if len(ranks) == 1
                 else f"; {ranks_phrase(diagnosis.waiting)} wait for them in {diagnosis.waiting_in}"
             )
