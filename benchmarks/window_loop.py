@@ -62,10 +62,12 @@ def main() -> None:
     ends_ns = [time.perf_counter_ns()]
     step = 0
     last_step = args.window_at + args.capture + 1 + args.after
-    hook_meta = None
+    # Where the hook writes hook.json when its window ends (hook mode; known once the plan is
+    # written). Every mode checks such a path each step from the window on, with one stat: the
+    # check is traced like any Python call when Python stacks are on, so all modes pay it alike.
+    hook_json = Path(os.devnull, "none")
+    windows = Path(os.environ.get("PERFDIAG_SPOOL", os.devnull)) / "rank-0" / "windows"
     window_seen = False
-    if args.mode == "hook":
-        hook_meta = Path(os.environ["PERFDIAG_SPOOL"]) / "rank-0" / "windows"
     while step < last_step:
         for inputs, labels in loader:
             if cuda:
@@ -97,10 +99,12 @@ def main() -> None:
 
                 plan = Plan.new(steps=args.capture, python_stacks=args.python_stacks)
                 plan.write_atomic(Path(os.environ["PERFDIAG_PLAN"]))
-            if hook_meta is not None and step >= args.window_at and not window_seen:
+                hook_json = windows / plan.id / "hook.json"
+            if step >= args.window_at and not window_seen:
                 # The hook's window ends when it writes hook.json: run A more steps after it.
-                window_seen = any(hook_meta.glob("*/hook.json"))
-                last_step = step + args.after if window_seen else step + args.after + 1
+                window_seen = os.path.exists(hook_json)
+                if args.mode == "hook":
+                    last_step = step + args.after if window_seen else step + args.after + 1
             if step >= last_step:
                 break
     args.result.write_text(json.dumps({"mode": args.mode, "ends_ns": ends_ns}))

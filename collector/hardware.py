@@ -324,7 +324,7 @@ class HardwareSampler:
             getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
             getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None),
         ]
-        if all(f is not None for f in fields):
+        if all(f is not None for f in fields) and _answers(nvml, handle, fields):
             tx = self._series_for("nvlink_tx_kib", device, counter=True)
             rx = self._series_for("nvlink_rx_kib", device, counter=True)
 
@@ -720,3 +720,13 @@ def hardware_table(series: Sequence[Series], meta: WorkerMeta) -> pa.Table:
     return table.replace_schema_metadata(
         with_meta(HARDWARE_SCHEMA, HARDWARE_SCHEMA_ID, meta).metadata
     )
+
+
+def _answers(nvml: Any, handle: Any, fields: list[Any]) -> bool:
+    """Whether the driver answers any of these field values for the device. A GPU without
+    NVLink (a single-GPU VM: an H100 here) answers none; polling them each millisecond would
+    cost an NVML call, and a round trip of the GIL, per sample for nothing."""
+    try:
+        return any(v.nvmlReturn == 0 for v in nvml.nvmlDeviceGetFieldValues(handle, fields))
+    except Exception:
+        return False

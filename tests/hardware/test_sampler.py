@@ -231,3 +231,31 @@ def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> No
     # Two workers of at least 0.3 s of CPU each, both gone before the last sample.
     assert run[-1] - run[0] >= 0.55e9
     assert all(b >= a for a, b in itertools.pairwise(run))
+
+
+class _FieldValue:
+    def __init__(self, nvml_return: int) -> None:
+        self.nvmlReturn = nvml_return
+
+
+class _FieldValues:
+    """nvmlDeviceGetFieldValues of a driver that answers each field with `returns` (0: a
+    value; 13, NVML_ERROR_NOT_SUPPORTED, on a GPU without NVLink), or raises."""
+
+    def __init__(self, *returns: int, error: Exception | None = None) -> None:
+        self.returns, self.error = returns, error
+
+    def nvmlDeviceGetFieldValues(self, handle: object, fields: list[int]) -> list[_FieldValue]:
+        if self.error is not None:
+            raise self.error
+        return [_FieldValue(r) for r in self.returns]
+
+
+def test_nvlink_counters_are_polled_only_where_the_driver_answers_them() -> None:
+    """On an H100 VM with one GPU every NVLink field value came back unsupported: polling them
+    each millisecond cost an NVML call per sample and gave no row."""
+    fields = [1, 2]
+    assert hardware._answers(_FieldValues(0, 0), None, fields)
+    assert hardware._answers(_FieldValues(13, 0), None, fields)
+    assert not hardware._answers(_FieldValues(13, 13), None, fields)
+    assert not hardware._answers(_FieldValues(error=RuntimeError("NVML")), None, fields)
