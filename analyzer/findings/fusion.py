@@ -357,7 +357,10 @@ def fuse(
                 continue
             peers = groups.members(int(groups.labels[i]))
             material_ms = thresholds.min_excess_fraction * float(step[i])
-            held = held_back(host, i, peers, material_ms)
+            # Throttled time is the cgroup's exact counter: a stall of the whole host inflates
+            # the mean step, not the throttling, so it is weighed against the median step.
+            typical_ms = thresholds.min_excess_fraction * float(features.steps.median_ms[i])
+            held = held_back(host, i, peers, material_ms, min(material_ms, typical_ms))
             if held is not None:
                 result.slow.append(_held_back_worker(features, dev, groups, i, held))
     slow_positions = {w.position for w in result.slow}
@@ -633,8 +636,12 @@ def _with_cause(worker: SlowWorker, cause: CpuCause, exact: bool = False) -> Non
 def _held_back_worker(
     features: Features, dev: Deviations, groups: PeerGroups, i: int, cause: CpuCause
 ) -> SlowWorker:
-    """A rank the host held back: its excess is the time it waited for a CPU or was throttled."""
+    """A rank the host held back: its excess is the time it waited for a CPU or was throttled.
+    A throttled rank's share is of its typical (median) step when stalls of the whole host
+    make the mean longer: the quota costs it that share of every step it runs."""
     step = float(features.mean_step_ms[i])
+    if cause.kind == "throttled":
+        step = min(step, float(features.steps.median_ms[i]))
     held = Contributor(
         function=None,
         category="host",

@@ -432,17 +432,22 @@ def _peers_step_noise(rows: NDArray[np.float64], peers: NDArray[np.int64], i: in
 
 
 def held_back(
-    cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float
+    cpu: RankCpu,
+    i: int,
+    peers: NDArray[np.int64],
+    material_ms: float,
+    throttled_material_ms: float | None = None,
 ) -> CpuCause | None:
     """A rank held back by the host (a CPU quota, a CPU taken by others) rather than its own
-    work; None when it is not, or when every rank waits alike (chance on a busy host)."""
+    work; None when it is not, or when every rank waits alike (chance on a busy host).
+    `throttled_material_ms`: the materiality of throttled time (default `material_ms`)."""
     peers = peers[peers != i]
     if not len(peers):
         return None
     d_throttled = _delta(cpu.throttled, i, peers)
     d_wait = _delta(cpu.cpu_wait, i, peers)
     evidence = _evidence(cpu, i, peers)
-    if d_throttled >= material_ms:
+    if d_throttled >= (material_ms if throttled_material_ms is None else throttled_material_ms):
         quota = cpu.quota_cores[i]
         limit = f" (a limit of {quota:.2f} CPU)" if np.isfinite(quota) else ""
         return CpuCause(

@@ -135,6 +135,18 @@ def test_a_cpu_quota_holds_the_rank_back() -> None:
     assert held.excess_ms == pytest.approx(30.0)
 
 
+def test_throttling_is_weighed_against_the_typical_step_when_given() -> None:
+    """Fault suite, cpu-quota beside a CPU hog: two steps of 0.8-1.1 s on every rank (the
+    whole host stalled) put the mean step at 222 ms and 5% of it at 11 ms, above the rank's
+    8.9 ms/step of throttling; its median step was 42 ms."""
+    quota = cpu(throttled=[0.0, 0.0, 8.9, 0.0], cpu_wait=[6.0, 4.9, 9.6, 8.1])
+    assert held_back(quota, 2, PEERS, 11.1) is None
+    held = held_back(quota, 2, PEERS, 11.1, throttled_material_ms=2.1)
+    assert held is not None and held.kind == "throttled"
+    # The typical step's threshold is for throttling only: the same wait names nothing else.
+    assert held_back(cpu(cpu_wait=[6.0, 4.9, 9.6, 8.1]), 2, PEERS, 11.1, 2.1) is None
+
+
 def test_waiting_for_a_cpu_on_its_own_busy_host_while_the_peers_get_one_is_starved() -> None:
     starved = cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1], host_load=[0.5, 0.5, 1.5, 0.5])
     held = held_back(starved, 2, PEERS, MATERIAL)
