@@ -98,30 +98,26 @@ done
 [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null
 done
 
+benchmark() {  # benchmark LIMIT_S NAME ARGS...: one benchmark, its output's tail in the summary
+  local limit=$1 name=$2
+  shift 2
+  step "$name $*"
+  timeout "$limit" python3 "$ROOT/benchmarks/$name.py" "$@" >"$RES/$name.txt" 2>&1
+  note "exit $?"
+  tail -40 "$RES/$name.txt" >>"$SUMMARY"
+}
 if [ "${BENCHMARKS:-1}" = 0 ]; then
   step "benchmarks skipped (BENCHMARKS=0)"
 else
-
-step "NVML sampler: benchmarks/hardware_sampler.py --seconds 5"
-timeout 90 python3 "$ROOT/benchmarks/hardware_sampler.py" --seconds 5 >"$RES/hardware_sampler.txt" 2>&1
-note "exit $?"; tail -40 "$RES/hardware_sampler.txt" | tee -a "$SUMMARY" >/dev/null
-
-step "window overhead on cuda: benchmarks/window_overhead.py --device cuda --repeats 1"
-timeout 170 python3 "$ROOT/benchmarks/window_overhead.py" --device cuda --repeats 1 \
-  >"$RES/window_overhead.txt" 2>&1
-note "exit $?"; tail -16 "$RES/window_overhead.txt" >>"$SUMMARY"
-
-step "dormant hook on cuda: benchmarks/hook_dormant.py --quick --device cuda"
-timeout 60 python3 "$ROOT/benchmarks/hook_dormant.py" --quick --device cuda \
-  >"$RES/hook_dormant.txt" 2>&1
-note "exit $?"; tail -12 "$RES/hook_dormant.txt" >>"$SUMMARY"
-
+  benchmark 90 hardware_sampler --seconds 5
+  benchmark 170 window_overhead --device cuda --repeats 1
+  benchmark 60 hook_dormant --quick --device cuda
 fi
 
 step "pack"
 mkdir -p "$DEST"
 find "$RES"/spool-* -name '*.json' -size +0 2>/dev/null | head -20 >"$RES/traces.list"
 tar czf "$DEST/traces.tar.gz" -C "$RES" -T <(sed "s|^$RES/||" "$RES/traces.list") 2>/dev/null
-tar czf "$DEST/gpu-check.tar.gz" -C "$RES" --exclude='spool-*' --exclude='events.parquet' .
+tar czf "$DEST/gpu-check.tar.gz" -C "$RES" --exclude='spool-*' .
 cp "$SUMMARY" "$DEST/summary.txt"
 ls -la "$DEST" | tee -a "$DEST/summary.txt"
