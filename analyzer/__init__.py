@@ -34,9 +34,11 @@ def analyze(
     progress: Callable[[str], None] | None = None,
     thresholds: Thresholds | None = None,
     expected_ranks: list[int] | None = None,
+    jobs: int = 1,
 ) -> Verdict:
     """Analyze the capture (or Kineto trace folder) at `source`; write verdict.json and
-    report.html to `out` (default: the source) and return the verdict.
+    report.html to `out` (default: the source) and return the verdict. `jobs`: how many
+    Kineto trace files are read at a time (each holds its file's events in memory).
 
     Raises NoCaptureError when the source holds no capture, CaptureError when a file is
     unreadable, perfdiag.storage.StorageError when storage fails.
@@ -44,5 +46,10 @@ def analyze(
     from perfdiag.analyzer.pipeline import run_analysis
 
     return run_analysis(
-        source, out, progress=progress, thresholds=thresholds, expected_ranks=expected_ranks
+        source,
+        out,
+        progress=progress,
+        thresholds=thresholds,
+        expected_ranks=expected_ranks,
+        jobs=jobs,
     )

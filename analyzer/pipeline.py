@@ -267,13 +267,14 @@ def run_analysis(
     progress: Progress | None = None,
     thresholds: Thresholds | None = None,
     expected_ranks: list[int] | None = None,
+    jobs: int = 1,
 ) -> Verdict:
     say = progress or (lambda _msg: None)
     storage = source if isinstance(source, Storage) else open_storage(source)
     root = storage.local_path(layout.PLAN)
     if root is not None and not root.parent.is_dir():
         raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
-    capture = load_capture(storage, say)
+    capture = load_capture(storage, say, jobs)
     try:
         analysis = analyze_capture(
             capture,

@@ -78,8 +78,9 @@ class Capture:
             self.scratch = None
 
 
-def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
-    """Read the capture under `storage`, or a folder of Kineto traces when there is none."""
+def load_capture(storage: Storage, progress: Progress | None = None, jobs: int = 1) -> Capture:
+    """Read the capture under `storage`, or a folder of Kineto traces when there is none (read
+    `jobs` trace files at a time)."""
     say = progress or (lambda _msg: None)
     worker_keys = storage.list(f"{layout.WORKERS}/")
     by_rank: dict[int, set[str]] = {}
@@ -100,7 +101,7 @@ def load_capture(storage: Storage, progress: Progress | None = None) -> Capture:
 
         traces = [] if plan is not None else find_traces(storage)
         if traces:
-            return load_kineto(storage, traces, say)
+            return load_kineto(storage, traces, say, jobs)
         if plan is not None:
             # What a run interrupted before any worker wrote a file leaves: nothing to analyse.
             raise NoCaptureError(

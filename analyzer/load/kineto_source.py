@@ -55,11 +55,14 @@ class _Imported:
     breakdown: RankBreakdown
 
 
-def load_kineto(storage: Storage, keys: list[str], say: Callable[[str], None]) -> Capture:
+def load_kineto(
+    storage: Storage, keys: list[str], say: Callable[[str], None], jobs: int = 1
+) -> Capture:
+    """The traces under `keys` as a capture, `jobs` files read at a time."""
     kept: dict[int, Path] = {}  # rank → its timeline events (Capture.timeline_events)
     scratch = tempfile.TemporaryDirectory(prefix="perfdiag-timeline-")
     try:
-        capture = _load(storage, keys, say, Path(scratch.name), kept)
+        capture = _load(storage, keys, say, Path(scratch.name), kept, jobs)
     except BaseException:
         scratch.cleanup()
         raise
@@ -74,6 +77,7 @@ def _load(
     say: Callable[[str], None],
     scratch: Path,
     kept: dict[int, Path],
+    jobs: int,
 ) -> Capture:
     from perfdiag.engine.kineto.events import rank_from_name
 
@@ -85,12 +89,12 @@ def _load(
     calls: list[pa.Table] = []  # one small table per rank
     unreadable: dict[int, str] = {}  # rank (from the file name) → why its trace was skipped
     say(f"importing {len(keys)} Kineto trace file(s) from {storage.uri}")
-    # One file at a time: each file's events are dropped once it is summarized and its
-    # timeline events written, so the memory is that of one file, whatever the folder holds
-    # (two at a time, on two threads, held 35 MB more on two 35 MB traces and saved no time on
-    # a busy host: docs/benchmarks.md). The pool thread lets an error cancel the files not
-    # started yet.
-    workers = 1
+    # `jobs` files at a time (default one): each file's events are dropped once it is
+    # summarized and its timeline events written, so the memory is that of `jobs` files,
+    # whatever the folder holds. More than one saves wall time where cores are idle (the
+    # scanner, Arrow and numpy release the GIL) and none on a busy host (docs/benchmarks.md).
+    # The pool lets an error cancel the files not started yet.
+    workers = max(1, min(jobs, len(keys)))
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="perfdiag-kineto-"))
         pool = ThreadPoolExecutor(workers, thread_name_prefix="perfdiag-kineto")

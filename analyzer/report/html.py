@@ -7,6 +7,7 @@ charts' SVG, escaped by analyzer/report/charts.py). Jinja2 is imported on the fi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from dataclasses import dataclass
@@ -84,6 +85,7 @@ def _template() -> jinja2.Template:
 
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("perfdiag.analyzer.report", "."),
+        bytecode_cache=_bytecode_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -91,6 +93,23 @@ def _template() -> jinja2.Template:
         keep_trailing_newline=True,
     )
     return environment.get_template("report.html.j2")
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """The template compiled once per user and Jinja version, in the temporary directory:
+    compiling it takes ~35 ms of every `perfdiag analyze`. Best effort: a directory that cannot
+    be made or written leaves the report compiled each time, never fails it."""
+    import jinja2
+
+    class BestEffortCache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    try:
+        return BestEffortCache()
+    except (OSError, RuntimeError):  # RuntimeError: a directory owned by someone else
+        return None
 
 
 def _culprits(analysis: Analysis) -> set[int]:

@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # first model (35 ms of a 0.9 s analysis); perfdiag's models use none. Not for `run`:
         # the training it starts inherits the environment.
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+        # numpy's OpenBLAS starts a spinning thread per core on import (60 ms of CPU on two
+        # cores); the analysis multiplies no matrix large enough to use them.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser(chosen)
     args = parser.parse_args(argv)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -196,3 +197,39 @@ def test_rendering_imports_jinja2_only_when_called() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["False", "True"]
+
+
+def _render_in(tmp: Path, traces: Path, out: Path) -> int:
+    """`perfdiag analyze` in a fresh interpreter whose temporary directory is `tmp`: the size
+    of its report."""
+    code = (
+        f"from perfdiag.cli import main; main(['analyze', {str(traces)!r}, '--out', {str(out)!r}])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        cwd="/",
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return len((out / layout.REPORT).read_text())
+
+
+def test_compiled_template_is_cached_and_a_bad_cache_folder_fails_nothing(tmp_path: Path) -> None:
+    from perfdiag_testing.synthetic_trace import TraceJob
+
+    traces = tmp_path / "traces"
+    TraceJob(n_ranks=2, n_steps=4).write(traces)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    first = _render_in(cache, traces, tmp_path / "a")
+    (cached,) = list(cache.glob("_jinja2-cache-*/*.cache"))
+    assert cached.stat().st_size > 0
+    assert _render_in(cache, traces, tmp_path / "b") == first  # rendered from the cached code
+    # A file where the cache folder would be: the template is compiled each time instead.
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / cached.parent.name).write_text("not a folder")
+    assert _render_in(blocked, traces, tmp_path / "c") > 0
