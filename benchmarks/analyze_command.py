@@ -2,7 +2,7 @@
 folder, in one run — wall time, CPU time of the process and its children, peak memory.
 
     .venv/bin/python benchmarks/analyze_command.py [--repeat 3] [--hta-python PYTHON]
-        [--no-hta] [--sets shared,synthetic] [--ranks 8] [--mb 50] [--scaling]
+        [--no-hta] [--sets shared,synthetic] [--ranks 8] [--mb 50] [--scaling] [--jobs N]
 
 - perfdiag: `perfdiag analyze DIR --out OUT --quiet` (the console script of this Python's
   environment): import, summary, cross-rank analysis, verdict.json, report.html,
@@ -15,6 +15,8 @@ JSON, gzipped) as ranks 0 and 1; `synthetic`, `--ranks` ranks of `--mb` MB of JS
 the step count is sized from a 2-step probe), gzipped, written by perfdiag_testing.synthetic_trace
 into ~/.cache/perfdiag/bench-traces (kept for the next run). `--scaling` adds synthetic sets of
 2, 4 and `--ranks` ranks at `--mb`, and 2 ranks at twice `--mb`.
+
+`--jobs N` adds a row for `perfdiag analyze --jobs N` (N trace files read at a time).
 
 `--before PYTHONPATH` adds a row for an older perfdiag run by the same console script (an export
 of its perfdiag/ with analyzer/, collector/ and operator/ linked inside it, and the built
@@ -140,17 +142,27 @@ def shared_set(tmp: Path) -> Path:
 
 
 def compare(
-    name: str, folder: Path, repeat: int, hta: str | None, tmp: Path, before: str | None = None
+    name: str,
+    folder: Path,
+    repeat: int,
+    hta: str | None,
+    tmp: Path,
+    before: str | None = None,
+    jobs: int | None = None,
 ) -> dict[str, Any]:
     perfdiag = str(Path(sys.executable).with_name("perfdiag"))
     script = tmp / "hta_breakdown.py"
     script.write_text(HTA_SCRIPT)
-    runs: dict[str, list[dict[str, float]]] = {"perfdiag": [], "before": [], "HTA": []}
+    side = f"--jobs {jobs}"
+    runs: dict[str, list[dict[str, float]]] = {"perfdiag": [], side: [], "before": [], "HTA": []}
     for _ in range(repeat):
         out = tmp / "out"
         shutil.rmtree(out, ignore_errors=True)
         command = [perfdiag, "analyze", str(folder), "--out", str(out), "--quiet"]
         runs["perfdiag"].append(measure(command, cwd=str(tmp)))
+        if jobs is not None:
+            shutil.rmtree(out, ignore_errors=True)
+            runs[side].append(measure([*command, "--jobs", str(jobs)], cwd=str(tmp)))
         if before is not None:
             shutil.rmtree(out, ignore_errors=True)
             runs["before"].append(measure(command, cwd=str(tmp), pythonpath=before))
@@ -162,21 +174,22 @@ def compare(
         if samples:
             result[tool] = {key: min(s[key] for s in samples) for key in samples[0]}
     line = f"{name}: {files} ranks, {result['json_mb']:.0f} MB of JSON"
-    for tool in ("perfdiag", "before", "HTA"):
+    for tool in ("perfdiag", side, "before", "HTA"):
         if tool in result:
             r = result[tool]
             line += (
-                f"\n  {tool:8s} wall {r['wall']:6.2f} s  CPU {r['cpu']:6.2f} s  "
+                f"\n  {tool:10s} wall {r['wall']:6.2f} s  CPU {r['cpu']:6.2f} s  "
                 f"peak RSS {r['rss']:5.0f} MB  tree PSS {r['pss']:5.0f} MB"
             )
-    if "HTA" in result:
-        ours, theirs = result["perfdiag"], result["HTA"]
-        line += (
-            f"\n  HTA / perfdiag: {theirs['wall'] / ours['wall']:.1f}× wall, "
-            f"{theirs['cpu'] / ours['cpu']:.1f}× CPU; perfdiag's peak RSS "
-            f"{ours['rss'] / theirs['rss']:.2f} of HTA's, tree PSS "
-            f"{ours['pss'] / theirs['pss']:.2f}"
-        )
+    for tool in ("perfdiag", side):
+        if "HTA" in result and tool in result:
+            ours, theirs = result[tool], result["HTA"]
+            line += (
+                f"\n  HTA / {tool}: {theirs['wall'] / ours['wall']:.1f}× wall, "
+                f"{theirs['cpu'] / ours['cpu']:.1f}× CPU; peak RSS "
+                f"{ours['rss'] / theirs['rss']:.2f} of HTA's, tree PSS "
+                f"{ours['pss'] / theirs['pss']:.2f}"
+            )
     print(line, flush=True)
     return result
 
@@ -191,6 +204,9 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50.0)
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--jobs", type=int, help="also run `perfdiag analyze --jobs N` (a '--jobs N' row)"
+    )
     parser.add_argument(
         "--before",
         metavar="PYTHONPATH",
@@ -213,7 +229,7 @@ def main() -> None:
         tmp = Path(name)
         for label, folder in sets:
             found = folder or shared_set(tmp)
-            results.append(compare(label, found, args.repeat, hta, tmp, args.before))
+            results.append(compare(label, found, args.repeat, hta, tmp, args.before, args.jobs))
     print(f"load average {os.getloadavg()}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -461,3 +461,34 @@ def test_the_fast_reader_is_strict_json(case: str, tmp_path: Path) -> None:
     else:
         assert isinstance(general, str) and error in general, general
         assert fast == general
+
+
+# What a collective's argument may hold, in either reader's decoding (the general reader's
+# numbers are Decimals).
+ARG_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.decimals(allow_nan=False, allow_infinity=False, places=3)
+    | st.text(max_size=6)
+    | st.lists(st.integers(0, 9), max_size=3)
+)
+
+
+@SETTINGS
+@given(raw=st.lists(ARG_VALUES, max_size=12), same=st.sampled_from([None, "int", "str"]))
+def test_collective_arguments_are_converted_as_one_by_one(raw: list[Any], same: str | None) -> None:
+    """The columns of collective arguments (one Arrow call for the common case) hold what
+    integer_arg and text_arg give value by value, whatever the values."""
+    import pyarrow as pa
+
+    from perfdiag.engine.kineto.general_reader import integer_arg, text_arg
+    from perfdiag.engine.kineto.parse import _arg_column
+
+    if same == "int":  # the common case: whole numbers or absent
+        raw = [v if v is None else i for i, v in enumerate(raw)]
+    elif same == "str":
+        raw = [v if v is None else f"group {i}" for i, v in enumerate(raw)]
+    assert _arg_column(raw, pa.int64()).to_pylist() == [integer_arg(v) for v in raw]
+    assert _arg_column(raw, pa.string()).to_pylist() == [text_arg(v) for v in raw]

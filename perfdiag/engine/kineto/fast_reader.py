@@ -163,15 +163,20 @@ class _Reader:
         readable, consumed, events, closed, wanted = self.scanner.scan(self.pending, not self.rows)
         if not readable or wanted is None:
             return False
-        for index, start, stop in wanted:
-            # The scanner read the event: json.loads reads it too (unless it nests too deeply).
+        texts: list[bytearray] = []
+        for _, start, stop in wanted:
             event = bytearray(self.pending[start:stop])
             if prune(event, event=True)[0] != PRUNED:
                 return False
+            texts.append(event)
+        if texts:
+            # The scanner read the events: json.loads reads them too (unless one nests too
+            # deeply), as one array — one call, not one per event.
             try:
-                self.decoded[index] = json.loads(event)
+                events_json = json.loads(b"[" + b",".join(texts) + b"]")
             except RecursionError:
                 return False
+            self.decoded.update(zip((index for index, _, _ in wanted), events_json, strict=True))
         self.rows += events
         self.closed = closed
         del self.pending[:consumed]

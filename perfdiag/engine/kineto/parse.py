@@ -203,7 +203,7 @@ def _fail_at(path: Path, table: pa.Table, mask: pa.ChunkedArray, problem: str) -
 
 def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
     """Fill the collective columns of the events that are collective calls, from their own
-    JSON (decoded one by one: they are few)."""
+    JSON (decoded for those rows alone: a few percent of a trace)."""
     if not events.num_rows:
         return events
     names = taxonomy.distinct(events["name"])
@@ -211,29 +211,45 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
     rows = np.flatnonzero(names.mask(np.asarray(calls, dtype=bool)))
     if not len(rows):
         return events
-    index = events["index"].to_numpy()
-    # Built for the call rows only, then spread over all rows: the calls are a few percent.
-    values: dict[str, list[Any]] = {column: [] for _, column, _ in _COMM_ARGS}
-    values["input_bytes"] = []
-    for row in rows.tolist():
-        event = decode(int(index[row]))
-        args = event.get("args") if isinstance(event, dict) else None
-        if not isinstance(args, dict):
-            args = {}
-        for key, column, typ in _COMM_ARGS:
-            raw = args.get(key)
-            if raw is None and column == "pg_name":
-                raw = args.get(_PG_ID)
-            values[column].append(text_arg(raw) if pa.types.is_string(typ) else integer_arg(raw))
-        values["input_bytes"].append(_first_input_bytes(args))
+    decoded = [decode(i) for i in events["index"].to_numpy()[rows].tolist()]
+    args = [_args_of(event) for event in decoded]
     position_of_row = np.full(events.num_rows, len(rows), dtype=np.int64)
     position_of_row[rows] = np.arange(len(rows))
     spread = pa.array(position_of_row)  # row → its call's position; others → the null past the end
-    for _, column, typ in [*_COMM_ARGS, ("", "input_bytes", pa.int64())]:
+    found: dict[str, pa.Array] = {}
+    for key, column, typ in _COMM_ARGS:
+        if column == "pg_name":  # older torch names the group by its number only
+            raw = [v if (v := a.get(key)) is not None else a.get(_PG_ID) for a in args]
+        else:
+            raw = [a.get(key) for a in args]
+        found[column] = _arg_column(raw, typ)
+    bytes_in = [_first_input_bytes(a) if "Input Dims" in a else None for a in args]
+    found["input_bytes"] = pa.array(bytes_in, pa.int64())
+    for column, values in found.items():
         position = events.schema.get_field_index(column)
-        found = pa.array([*values[column], None], typ)
-        events = events.set_column(position, column, found.take(spread))
+        with_null = pa.concat_arrays([values, pa.nulls(1, values.type)])
+        events = events.set_column(position, column, with_null.take(spread))
     return events
+
+
+def _args_of(event: Any) -> dict[str, Any]:
+    args = event.get("args") if isinstance(event, dict) else None
+    return args if isinstance(args, dict) else {}
+
+
+def _arg_column(raw: list[Any], typ: pa.DataType) -> pa.Array:
+    """One argument of every call as a column of `typ`: Arrow infers the common case (all
+    whole numbers, or all strings, or absent) in one call; any other value (a float, a list, a
+    Decimal from the general reader) goes through integer_arg / text_arg one by one."""
+    try:
+        inferred = pa.array(raw)
+    except (pa.ArrowException, OverflowError, UnicodeError):
+        inferred = None
+    if inferred is not None and (inferred.type == typ or pa.types.is_null(inferred.type)):
+        return inferred.cast(typ)
+    if pa.types.is_string(typ):
+        return pa.array([text_arg(v) for v in raw], typ)
+    return pa.array([integer_arg(v) for v in raw], typ)
 
 
 def _first_input_bytes(args: dict[str, Any]) -> int | None:
