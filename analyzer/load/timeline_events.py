@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc
 
 MAX_EVENTS_PER_RANK = 50_000
@@ -19,10 +19,11 @@ def timeline_events(events: pa.Table) -> pa.Table:
     MAX_EVENTS_PER_RANK of them — the longest: what shapes the picture at any zoom level."""
     events = events.select(TIMELINE_COLUMNS)
     if events.num_rows > MAX_EVENTS_PER_RANK:
-        longest = pc.select_k_unstable(
-            events, MAX_EVENTS_PER_RANK, sort_keys=[("dur_ns", "descending")]
-        )
-        events = events.take(longest)
+        # A partition, not a sort (Arrow's select_k sorts the k it keeps: 6× slower on 190k
+        # events); the rows kept stay in the trace's order.
+        dur = np.asarray(events["dur_ns"].to_numpy())
+        longest = np.argpartition(-dur, MAX_EVENTS_PER_RANK - 1)[:MAX_EVENTS_PER_RANK]
+        events = events.take(pa.array(np.sort(longest)))
     return events
 
 

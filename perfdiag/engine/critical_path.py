@@ -185,7 +185,7 @@ def _innermost_per_lane(
 def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
     """(the distinct values in order, the index of each value among them): np.unique with
     return_inverse, by one sort (numpy's own is much slower on large int arrays)."""
-    order = np.argsort(values)
+    order = np.argsort(values, kind="stable")  # timsort: trace times come nearly in order
     ordered = values[order]
     new = np.empty(len(ordered), dtype=bool)
     new[:1] = True
