@@ -31,7 +31,7 @@ from isal import isal_zlib
 
 from perfdiag.analyzer.load.timeline_events import timeline_events
 from perfdiag.analyzer.report.analysis import Analysis
-from perfdiag.engine.allocator import release_memory
+from perfdiag.engine.allocator import release_memory, system_allocator
 from perfdiag.storage import Storage, StorageNotFound, layout
 
 MAX_RANKS = 64
@@ -39,6 +39,7 @@ DETAILED_RANKS = 8
 FINDINGS_PID = 1_000_000
 TID_STEPS, TID_COLLECTIVES, TID_FINDINGS = 1, 2, 3
 TID_STREAM_BASE = 1000
+ROWS_AT_ONCE = 8192  # raw events formatted at a time
 TID_HOST_BASE = 100
 
 
@@ -83,9 +84,12 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
 
     write(f'{head}"traceEvents":[{_json_items(out)}')
     if storage is not None:
-        for rank in detailed:
-            _raw_events(analysis, storage, rank, origin, write)
-            release_memory()  # one rank's columns at a time
+        # The C library's allocator, trimmed after each rank (as while the traces were read):
+        # Arrow's default pool kept ~20 MB more resident over two ranks.
+        with system_allocator():
+            for rank in detailed:
+                _raw_events(analysis, storage, rank, origin, write)
+                release_memory()  # one rank's columns at a time
     write(f",{_json_items(_findings(analysis, origin))}]{tail}")
     chunks.append(deflate.flush())
     return b"".join(chunks)
@@ -216,35 +220,45 @@ def _raw_events(
     lanes |= {(TID_HOST_BASE + i, f"thread {int(t)}") for i, t in enumerate(host_ids)}
     ts_ns = np.asarray(events["ts_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
     dur_ns = np.asarray(events["dur_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    objects = pc.binary_join_element_wise(
-        ',{"ph":"X","cat":',
-        _json_strings(events["category"]),
-        ',"name":',
-        _json_strings(events["name"]),
-        f',"pid":{rank},"tid":',
-        pa.array(tid).cast(pa.string()),
-        ',"ts":',
-        _json_us(ts_ns - origin),
-        ',"dur":',
-        _json_us(dur_ns),
-        "}",
-        "",
-    )
-    offsets = np.frombuffer(objects.buffers()[1], dtype=np.int32)[: len(objects) + 1]
-    data = objects.buffers()[2]
-    assert data is not None and objects.offset == 0 and objects.null_count == 0
-    write(memoryview(data)[int(offsets[0]) : int(offsets[-1])])  # the texts, one after another
+    categories, names = _json_strings(events["category"]), _json_strings(events["name"])
+    # A slice of rows at a time: each of the texts below is as long as the rows it formats
+    # (~150 bytes a GPU kernel's event), and several are alive at once.
+    for start in range(0, events.num_rows, ROWS_AT_ONCE):
+        rows = slice(start, start + ROWS_AT_ONCE)
+        objects = pc.binary_join_element_wise(
+            ',{"ph":"X","cat":',
+            _decoded(categories.slice(start, ROWS_AT_ONCE)),
+            ',"name":',
+            _decoded(names.slice(start, ROWS_AT_ONCE)),
+            f',"pid":{rank},"tid":',
+            pa.array(tid[rows]).cast(pa.string()),
+            ',"ts":',
+            _json_us(ts_ns[rows] - origin),
+            ',"dur":',
+            _json_us(dur_ns[rows]),
+            "}",
+            "",
+        )
+        offsets = np.frombuffer(objects.buffers()[1], dtype=np.int32)[: len(objects) + 1]
+        data = objects.buffers()[2]
+        assert data is not None and objects.offset == 0 and objects.null_count == 0
+        write(memoryview(data)[int(offsets[0]) : int(offsets[-1])])  # the texts in order
     lane_names = [_meta(rank, t, "thread_name", name) for t, name in sorted(lanes)]
     write(f",{_json_items(lane_names)}")
 
 
-def _json_strings(values: pa.ChunkedArray) -> pa.Array:
-    """Each string as json.dumps writes it (null: null), each distinct one encoded once."""
+def _json_strings(values: pa.ChunkedArray) -> pa.DictionaryArray:
+    """Each string as json.dumps writes it (null: null), each distinct one encoded once: a
+    dictionary array of the JSON texts (`_decoded` gives a slice of it as text)."""
     encoded = pc.dictionary_encode(values.combine_chunks())
     if pa.types.is_dictionary(values.type):  # already encoded: the dictionary of the dictionary
         encoded = pc.dictionary_encode(encoded.cast(values.type.value_type))
     texts = pa.array([json.dumps(v) for v in encoded.dictionary.to_pylist()], pa.string())
-    return pc.fill_null(texts.take(encoded.indices), "null")
+    return pa.DictionaryArray.from_arrays(encoded.indices, texts)
+
+
+def _decoded(texts: pa.DictionaryArray) -> pa.Array:
+    return pc.fill_null(texts.dictionary_decode(), "null")
 
 
 _FRACTIONS = pa.array(
