@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.report.timeline import FINDINGS_PID, TID_COLLECTIVES, TID_FINDINGS
+from perfdiag.storage.local import LocalStorage
 from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
 
 REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "i": {"name", "ph", "ts", "pid", "s"},
@@ -63,3 +66,21 @@ def test_report_shows_collective_wait_and_transfer(tmp_path: Path) -> None:
     assert "rank 1 (arrived last in" in html
     assert "waiting for the last rank" in html
     assert "<script" not in html.lower()
+
+
+def test_raw_events_are_the_same_text_in_any_slice_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfdiag.analyzer.report import timeline
+
+    traces = tmp_path / "traces"
+    TraceJob(n_ranks=2, n_steps=4).write(traces)
+    texts = []
+    for rows in (1_000_000, 7, 1):
+        monkeypatch.setattr(timeline, "ROWS_AT_ONCE", rows)
+        out = tmp_path / str(rows)
+        analyze(str(traces), LocalStorage(out))
+        texts.append(gzip.decompress((out / "timeline.json.gz").read_bytes()))
+    raw = [e for e in json.loads(texts[0])["traceEvents"] if e.get("cat") == "gpu_compute"]
+    assert len(raw) > 7
+    assert texts[1] == texts[0] and texts[2] == texts[0]
