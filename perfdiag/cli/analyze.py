@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,26 +68,25 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=main)
 
 
-def _rank_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {safe_text(text)!r}") from None
-    if not 1 <= value <= MAX_RANKS:
-        raise argparse.ArgumentTypeError(
-            f"{value} is not a number of ranks: give 1 to {MAX_RANKS:,} (docs/limits.md)"
-        )
-    return value
+def _count(what: str, most: int, see: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number of `what` from 1 to `most`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {safe_text(text)!r}") from None
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"{value} is not a number of {what}: give 1 to {most:,}{see}"
+            )
+        return value
+
+    return parse
 
 
-def _job_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {safe_text(text)!r}") from None
-    if not 1 <= value <= MAX_JOBS:
-        raise argparse.ArgumentTypeError(f"{value} is not a number of jobs: give 1 to {MAX_JOBS}")
-    return value
+_rank_count = _count("ranks", MAX_RANKS, " (docs/limits.md)")
+_job_count = _count("jobs", MAX_JOBS)
 
 
 class _Terminated(Exception):
