@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.report.timeline import FINDINGS_PID, TID_COLLECTIVES, TID_FINDINGS
@@ -84,3 +87,44 @@ def test_raw_events_are_the_same_text_in_any_slice_size(
     raw = [e for e in json.loads(texts[0])["traceEvents"] if e.get("cat") == "gpu_compute"]
     assert len(raw) > 7
     assert texts[1] == texts[0] and texts[2] == texts[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ns=st.lists(st.integers(-(10**15), 10**15), min_size=1, max_size=50))
+def test_milliseconds_are_written_as_round_prints_them(ns: list[int]) -> None:
+    """Collective calls' wait and transfer, formatted column by column: what `round(ns / 1e6, 4)`
+    prints — but at an exact half of 100 ns (rounded half to even here, as the nearest binary
+    double falls there) and for a negative value that rounds to zero ("0.0", not "-0.0")."""
+    from perfdiag.analyzer.report.timeline import _json_ms
+
+    written = _json_ms(np.array(ns, dtype=np.int64)).to_pylist()
+    for value, text in zip(ns, written, strict=True):
+        if value % 100 == 50 or (value < 0 and round(value / 1e6, 4) == 0):
+            assert abs(float(text) - value / 1e6) <= 0.5e-4 + 1e-12
+        else:
+            assert text == repr(round(value / 1e6, 4)), value
+
+
+def test_each_calls_wait_comes_right_before_its_transfer(tmp_path: Path) -> None:
+    TraceJob(n_ranks=4, faults=[TraceFault("compute_straggler", (1,), factor=2.0)]).write(tmp_path)
+    analyze(str(tmp_path))
+    events = [
+        e
+        for e in _timeline(tmp_path)["traceEvents"]
+        if e["ph"] == "X" and e["tid"] == TID_COLLECTIVES
+    ]
+    transfers = [i for i, e in enumerate(events) if e["cat"] == "collective_transfer"]
+    waits = [i for i, e in enumerate(events) if e["cat"] == "collective_wait"]
+    assert len(transfers) > 50 and len(waits) > 20
+    for i in waits:
+        wait, transfer = events[i], events[i + 1]
+        assert transfer["cat"] == "collective_transfer"
+        assert wait["name"].removeprefix("wait: ") == transfer["name"].removeprefix("transfer: ")
+        assert wait["args"] == transfer["args"] and wait["pid"] == transfer["pid"]
+        assert abs(wait["ts"] + wait["dur"] - transfer["ts"]) <= 0.0011
+        assert abs(wait["args"]["wait_ms"] - wait["dur"] / 1000) <= 1e-4
+    # The straggler arrives last: it hardly waits.
+    waited = {
+        r: sum(e["dur"] for e in events if e["pid"] == r and "wait" in e["cat"]) for r in range(4)
+    }
+    assert waited[1] < 0.25 * min(waited[r] for r in (0, 2, 3)), waited
