@@ -71,8 +71,8 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
     head, tail = json.dumps(doc, separators=(",", ":")).split('"traceEvents":[]', 1)
     # Written as it is made, into the compressor: the JSON text (15 MB for two 35 MB traces)
     # is never held whole. The raw events (most of it) and the collective calls are formatted
-    # column by column, the rest by json.dumps; the parts are items of the one list of traceEvents (`out` is never
-    # empty: each shown rank has its process' names).
+    # column by column, the rest by json.dumps; the parts are items of the one list of
+    # traceEvents (`out` is never empty: each shown rank has its process' names).
     # ISA-L's level 2: a tenth of zlib's level 6's time, a third larger (1.1 vs 0.84 MB for two
     # 35 MB traces): the file is written on every analysis and opened now and then.
     deflate = isal_zlib.compressobj(2, isal_zlib.DEFLATED, 31)  # 31: the gzip format
@@ -256,8 +256,7 @@ def _raw_events(
     tid[~on_gpu] = TID_HOST_BASE + np.searchsorted(host_ids, host_tid[~on_gpu])
     lanes = {(TID_STREAM_BASE + int(s), f"GPU stream {int(s)}") for s in set(stream[on_gpu])}
     lanes |= {(TID_HOST_BASE + i, f"thread {int(t)}") for i, t in enumerate(host_ids)}
-    ts_ns = np.asarray(events["ts_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    dur_ns = np.asarray(events["dur_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+    ts_ns, dur_ns = _column_ints(events["ts_ns"]), _column_ints(events["dur_ns"])
     categories, names = _json_strings(events["category"]), _json_strings(events["name"])
     # A slice of rows at a time: each of the texts below is as long as the rows it formats
     # (~150 bytes a GPU kernel's event), and several are alive at once.
@@ -317,32 +316,31 @@ def _decoded(texts: pa.DictionaryArray) -> pa.Array:
     return pc.fill_null(texts.dictionary_decode(), "null")
 
 
-_FRACTIONS = pa.array(
-    [f".{n:03d}".rstrip("0") if n else ".0" for n in range(1000)], pa.string()
-)  # n thousandths as repr() ends a float of three decimals
-
-
 def _json_us(ns: np.ndarray) -> pa.Array:
     """Nanoseconds as `round(ns / 1000.0, 3)` prints (repr of a float with at most three
     decimals, whose magnitude stays far below repr's switch to exponents), from integers."""
-    magnitude = np.abs(ns)
-    whole = pa.array(magnitude // 1000).cast(pa.string())
-    sign = pa.array(np.where(ns < 0, "-", ""), pa.string())
-    return pc.binary_join_element_wise(sign, whole, _FRACTIONS.take(pa.array(magnitude % 1000)), "")
+    return _json_decimal(ns, 3)
 
 
 def _json_ms(ns: np.ndarray) -> pa.Array:
     """Nanoseconds as milliseconds to 4 decimals, rounded half to even at 100 ns: as
     `round(ns / 1e6, 4)` prints them, but for an exact half, which that rounds as the nearest
     binary double falls."""
-    magnitude = np.abs(ns)
-    units, rest = magnitude // 100, magnitude % 100
+    units, rest = np.divmod(np.abs(ns), 100)
     units = units + ((rest > 50) | ((rest == 50) & (units % 2 == 1)))
-    whole = pa.array(units // 10_000).cast(pa.string())
-    # The four decimals without their trailing zeros; ".0" for none, as repr() writes it.
-    decimals = pc.utf8_rtrim(pc.utf8_lpad(pa.array(units % 10_000).cast(pa.string()), 4, "0"), "0")
+    return _json_decimal(np.where(ns < 0, -units, units), 4)
+
+
+def _json_decimal(units: np.ndarray, digits: int) -> pa.Array:
+    """Integers of 10^-digits as repr() writes such a float: the decimals without their
+    trailing zeros, ".0" for none, a minus sign only where not zero."""
+    scale = 10**digits
+    magnitude = np.abs(units)
+    whole = pa.array(magnitude // scale).cast(pa.string())
+    decimals = pa.array(magnitude % scale).cast(pa.string())
+    decimals = pc.utf8_rtrim(pc.utf8_lpad(decimals, digits, "0"), "0")
     decimals = pc.if_else(pc.equal(decimals, ""), "0", decimals)
-    sign = pa.array(np.where((ns < 0) & (units > 0), "-", ""), pa.string())
+    sign = pa.array(np.where(units < 0, "-", ""), pa.string())
     return pc.binary_join_element_wise(sign, whole, ".", decimals, "")
 
 
