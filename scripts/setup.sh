@@ -178,23 +178,24 @@ PY
   fi
 ) 9>"$venv.lock"
 
-if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1; then
+# Debian's tools the suite runs, installed in one apt-get call for whichever are missing:
+# chromium (headless checks of report.html), lua5.4 (the Argo CD health check, docs/gitops/*.lua),
+# debootstrap and buildah (the image tests build the Dockerfile on a local Debian base,
+# scripts/image-base.sh; buildah's vfs storage needs no daemon).
+debian_tools=(chromium:chromium lua5.4:lua5.4 debootstrap:debootstrap buildah:buildah)
+missing=()
+for tool in "${debian_tools[@]}"; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+done
+if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && [ "${#missing[@]}" -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    log "installing Debian chromium (headless report checks)"
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2 \
-      || log "warning: could not install chromium; report rendering tests will fail"
+    log "installing Debian ${missing[*]} (the suite's report, Argo CD and image tests)"
+    { apt-get update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        "${missing[@]}" >&2; } ||
+      log "warning: could not install ${missing[*]}; the tests that run them will fail"
   else
-    log "warning: chromium missing and apt-get unavailable (need root); report rendering tests will fail"
-  fi
-fi
-# Debian's Lua 5.4: tests/gitops runs the Argo CD health check (docs/gitops/*.lua) with it.
-if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && ! command -v lua5.4 >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    log "installing Debian lua5.4 (Argo CD health check tests)"
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.4 >&2 \
-      || log "warning: could not install lua5.4; the Argo CD health check tests will fail"
-  else
-    log "warning: lua5.4 missing and apt-get unavailable (need root); Argo CD health check tests will fail"
+    log "warning: ${missing[*]} missing and apt-get unavailable (need root); the tests that run them will fail"
   fi
 fi
 log "ready: .venv -> $own (dependencies: $venv)"
