@@ -28,6 +28,7 @@ from perfdiag.analyzer.findings.reported import (
     communication_findings,
     hang_findings,
     hardware_findings,
+    kernels_of_gpu_culprits,
     range_findings,
     slow_worker_findings,
 )
@@ -65,8 +66,8 @@ KIND_ORDER = {
     "slow_worker": 1,
     "hardware": 2,
     "function_anomaly": 3,
-    "expected_range": 4,
-    "imbalance": 5,
+    "imbalance": 4,
+    "expected_range": 5,
 }
 FEATURE_FLOOR_SHARE = 0.5
 """Functions are kept dense when their β reaches this share of the materiality threshold."""
@@ -131,12 +132,17 @@ def analyze_capture(
     capture.notes.extend(account.notes)
 
     candidates = [
-        *slow_worker_findings(fusion, features, groups, limits),
+        *slow_worker_findings(
+            fusion,
+            features,
+            groups,
+            limits,
+            kernels_of_gpu_culprits(fusion, features, groups, capture.summary),
+        ),
         *without_explained_waiting(communication_findings(fusion), collectives, features),
         *hardware_findings(anomalies, features, fusion),
         *kernel_speed_findings(speed, features, fusion),
         *slow_link_findings(collectives, features),
-        *range_findings(violations),
         *imbalance_findings(capture.metas, features, groups, fusion),
     ]
     candidates = slow_node_findings(candidates, capture.metas)
@@ -147,7 +153,9 @@ def analyze_capture(
     reported = with_throttle_reasons(reported, read_hardware)
     # Ties: the fused slow_worker before the function_anomaly it contains.
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
-    verdict = build_verdict(capture, account, steps, reported, limits)
+    # Whole-job efficiency against expected ranges: advice, never a culprit (docs/design.md §4).
+    observations = range_findings(violations)
+    verdict = build_verdict(capture, account, steps, reported, limits, observations)
     if note is not None:
         verdict = verdict.model_copy(
             update={"summary": f"{verdict.summary} {note}", "notes": [note, *verdict.notes]}
@@ -169,6 +177,7 @@ def analyze_capture(
         fusion=fusion,
         violations=violations,
         reported=reported,
+        observations=observations,
         below_threshold=below,
         has_gpu=has_gpu,
         verdict=verdict,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from perfdiag.api.ranks import format_runs, rank_runs, runs_phrase
@@ -31,6 +32,47 @@ NEXT_STEP: dict[str, str] = {
     "host": "the host is contended or degraded: check CPU frequency, other processes and "
     "memory pressure on it",
 }
+
+# Host-side CUDA calls a finding can name, and what to do about each kind: the allocator
+# returning memory to the driver and taking it back, and the host waiting for the GPU. The
+# Python bindings that make them (torch.cuda.empty_cache, torch.cuda.synchronize) count too.
+CUDA_ALLOCATOR_CALL = re.compile(
+    r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|cudaHostAlloc|cudaFreeHost|cuMemCreate"
+    r"|cuMemRelease|cuMemMap|cuMemUnmap)|_cuda_emptyCache|torch/cuda/memory\.py\(\d+\): empty_cache"
+)
+CUDA_SYNC_CALL = re.compile(
+    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cuStreamSynchronize"
+    r"|cuEventSynchronize|cuCtxSynchronize)|_cuda_synchronize|aten::_local_scalar_dense"
+    r"|aten::item$|torch/cuda/__init__\.py\(\d+\): synchronize"
+)
+CUDA_CALL_NEXT_STEP = {
+    "allocator": "the CUDA caching allocator gives memory back and takes it again in every step "
+    "(torch.cuda.empty_cache() in the loop, or fragmentation near the memory limit): remove "
+    "empty_cache from the step, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "sync": "the host waits for the GPU inside the step (.item(), .cpu(), torch.cuda."
+    "synchronize(), a blocking copy): move the read out of the step or make it asynchronous "
+    "(non_blocking copies, a CUDA event read later)",
+}
+
+
+def cuda_call_kind(function: str | None) -> str | None:
+    """'allocator' or 'sync' for a host-side CUDA call of that kind (or its Python binding)."""
+    if function is None:
+        return None
+    if CUDA_ALLOCATOR_CALL.search(function):
+        return "allocator"
+    if CUDA_SYNC_CALL.search(function):
+        return "sync"
+    return None
+
+
+def next_step(category: str, function: str | None) -> str:
+    """What to check next for a finding of `category` naming `function`."""
+    kind = cuda_call_kind(function)
+    if kind is not None:
+        return CUDA_CALL_NEXT_STEP[kind]
+    return NEXT_STEP.get(category, "")
+
 
 RANGE_NEXT_STEP: dict[str, str] = {
     "python": "the job is bound by Python overhead: batch small ops, move per-sample Python "

@@ -147,32 +147,55 @@ class HardwareSampler:
         device = f"rank{rank}"
         run = self._series_for("process_cpu_run_ns", device, counter=True)
         wait = self._series_for("process_runqueue_wait_ns", device, counter=True)
+        torch_run = self._series_for("torch_threads_cpu_run_ns", device, counter=True)
+        torch_tids: set[str] = set()
+        # A thread names itself just after it starts: its name is read again at its first
+        # readings (a second at most), then never.
+        name_checks: dict[str, int] = {}
         threads = self._series_for("process_threads", device)
         children = self._children_reader(rank, pid)
         tasks = f"{self.proc}/{pid}/task"
         fds: dict[str, int] = {}
         self._open_fds.append(fds)
         # Threads that ended keep counting: their time stays in the process's total.
-        gone = [0.0, 0.0]
+        gone = [0.0, 0.0, 0.0]  # run, wait, PyTorch's threads' run
+        last: dict[str, tuple[float, float]] = {}
 
         def read(now: int) -> None:
             alive = os.listdir(tasks)
-            total_run, total_wait = gone
             for tid in list(fds):
                 if tid not in alive:
                     os.close(fds.pop(tid))
+                    ended_run, ended_wait = last.pop(tid, (0.0, 0.0))
+                    gone[0] += ended_run
+                    gone[1] += ended_wait
+                    if tid in torch_tids:
+                        gone[2] += ended_run
+                        torch_tids.discard(tid)
+                    name_checks.pop(tid, None)
+            total_run, total_wait, total_torch = gone
             for tid in alive:
                 fd = fds.get(tid)
                 try:
                     if fd is None:
                         fd = fds[tid] = os.open(f"{tasks}/{tid}/schedstat", os.O_RDONLY)
+                        name_checks[tid] = NAME_CHECKS
+                    if name_checks.get(tid, 0) > 0:
+                        name_checks[tid] -= 1
+                        if _is_torch_thread(f"{tasks}/{tid}/comm"):
+                            torch_tids.add(tid)
+                            name_checks[tid] = 0
                     fields = os.pread(fd, 128, 0).split()
                 except OSError:  # the thread ended between the listing and the read
                     continue
-                total_run += float(fields[0])
-                total_wait += float(fields[1])
+                last[tid] = (float(fields[0]), float(fields[1]))
+                total_run += last[tid][0]
+                total_wait += last[tid][1]
+                if tid in torch_tids:
+                    total_torch += last[tid][0]
             run.add(now, total_run)
             wait.add(now, total_wait)
+            torch_run.add(now, total_torch)
             threads.add(now, float(len(alive)))
             children(now)
 
@@ -729,4 +752,22 @@ def _answers(nvml: Any, handle: Any, fields: list[Any]) -> bool:
     try:
         return any(v.nvmlReturn == 0 for v in nvml.nvmlDeviceGetFieldValues(handle, fields))
     except Exception:
+        return False
+
+
+NAME_CHECKS = 50
+"""Readings of a new thread (20 ms apart) at which its name is read, for one set just after
+it started."""
+TORCH_THREAD_PREFIX = b"pt_"
+"""PyTorch names its own threads pt_*: pt_autograd_<device> (the autograd engine's device
+threads, which run the backward pass of CUDA tensors), pt_nccl_*, pt_gloo_*. Their CPU is the
+rank's own work; only the process's other threads can compete with it."""
+
+
+def _is_torch_thread(comm_path: str) -> bool:
+    """Whether the thread's name (read once, when it is first seen) is one of PyTorch's."""
+    try:
+        with open(comm_path, "rb") as f:
+            return f.read().startswith(TORCH_THREAD_PREFIX)
+    except OSError:
         return False

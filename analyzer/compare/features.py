@@ -216,6 +216,20 @@ def is_collective_wait(function: str | None) -> bool:
     return function is not None and function.startswith(COLLECTIVE_WAIT_PREFIXES)
 
 
+AUTOGRAD_ENTRY = (
+    r"^(<built-in method run_backward of |torch/autograd/graph\.py\(\d+\): _engine_run_backward$)"
+)
+"""The training thread's call into the autograd engine. For CUDA tensors the backward pass runs
+on the engine's device threads (pt_autograd_N), whose events are the rank's backward work; the
+calling thread waits inside this call, so its self time there is no Python overhead."""
+
+
+def autograd_entry_rows(rows: pa.Table) -> NDArray[np.bool_]:
+    """Rows of the summary that are the training thread's call into the autograd engine."""
+    mask = pc.fill_null(pc.match_substring_regex(rows.column("function"), AUTOGRAD_ENTRY), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def waiting_rows(summary: pa.Table) -> NDArray[np.bool_]:
     """Rows of the summary that are communication or a blocking wait on it."""
     comm = pc.equal(summary.column("category"), COMMUNICATION)

@@ -261,6 +261,12 @@ def fuse(
             continue
         peers = _reference_peers(groups, reference, i)
         material_ms = thresholds.min_excess_fraction * worker.step_ms
+        unnamed = _exposed_by_shorter_gpu_work(worker, features, i, peers, material_ms)
+        if unnamed is None and host is None:
+            unnamed = _same_host_calls_slower(worker, features, functions, i, peers, thresholds)
+        if unnamed is not None and work is None:
+            result.contended_notes.append(f"rank {worker.rank}: {unnamed}; not named")
+            continue
         if host is not None:
             gpu_ms = _gpu_excess(worker)
             cause = explain_excess(host, i, peers, worker.excess_ms, material_ms, gpu_ms)
@@ -374,6 +380,74 @@ def fuse(
             result.communication, features, groups, host, result.contended_notes
         )
     return result
+
+
+HOST_WORK = frozenset({"python", "cpu_op", "cuda_runtime", "dataloader", "gc"})
+"""Finding categories of work a rank's host threads do (its CPU time, its launches)."""
+
+
+def _exposed_by_shorter_gpu_work(
+    worker: SlowWorker, features: Features, i: int, peers: np.ndarray, material_ms: float
+) -> str | None:
+    """Why a rank with more host work on its critical path is not named when its GPU work is
+    shorter than its peers' by as much: where its kernels end sooner, the host work they
+    overlapped on its peers shows on its own path instead (the critical path charges an
+    instant to the GPU first). Its time outside communication in all is then no longer than
+    theirs: it is a peer of a slower GPU, not a culprit (two ranks sharing one GPU, a peer
+    whose kernels run longer). None when its GPU work is no shorter, or its total is longer."""
+    if worker.root_category in GPU_WORK:
+        return None
+    others = peers[peers != i]
+    if not len(others):
+        return None
+    deficit = 0.0
+    for category in GPU_WORK:
+        k = features.index_of(category)
+        if k is not None:
+            deficit += max(float(np.median(features.ms[others, k]) - features.ms[i, k]), 0.0)
+    own = worker.non_wait_ms - worker.peers_non_wait_ms
+    if own >= material_ms or deficit < 0.5 * worker.excess_ms:
+        return None
+    return (
+        f"{worker.excess_ms:.1f} ms/step more {worker.root_category} on its critical path than "
+        f"its peers, while its GPU work is {deficit:.1f} ms/step shorter than theirs and its time "
+        f"outside communication in all {own:+.1f} ms/step against theirs: its host work shows "
+        "where its kernels end sooner (the GPU is charged first), it is no extra work"
+    )
+
+
+def _same_host_calls_slower(
+    worker: SlowWorker,
+    features: Features,
+    functions: np.ndarray,
+    i: int,
+    peers: np.ndarray,
+    thresholds: Thresholds,
+) -> str | None:
+    """Without CPU samples (bare Kineto traces), why a rank whose extra time is host work spread
+    over all its functions, in the same calls as its peers', is not named when the excess stays
+    under twice the materiality threshold: the same calls each running a little longer on one
+    host thread cannot then be told from a core it shares with busy threads or a slower clock
+    (with samples, `_same_calls_slower` judges it from the thread's own CPU time). A rank that
+    makes calls its peers do not, whose excess one function holds, or whose excess is GPU work,
+    is judged as usual."""
+    if worker.root_category not in HOST_WORK:
+        return None
+    if worker.severity >= 2 * thresholds.min_excess_fraction:
+        return None
+    held = max((c.excess_ms for c in worker.contributors if c.function is not None), default=0.0)
+    if held >= HOLDS_SHARE * worker.excess_ms:
+        return None
+    share = _new_calls_share(features, functions, i, peers)
+    if share is None or share >= NEW_CALLS_SHARE:
+        return None
+    return (
+        f"{worker.excess_ms:.1f} ms/step ({worker.severity:.1%} of its step) longer than its "
+        f"peers in {worker.root_category}, spread over its functions (none holds half), in the "
+        "same calls as theirs "
+        f"({share:.0%} of its extra time in calls they do not make); with no CPU samples this "
+        "cannot be told from the same work running on a busier or slower core"
+    )
 
 
 def _gpu_excess(worker: SlowWorker) -> float:

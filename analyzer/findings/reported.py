@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from perfdiag.analyzer.compare.features import (
     Features,
@@ -19,14 +20,17 @@ from perfdiag.analyzer.compare.features import (
 )
 from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.findings.fusion import Contributor, Fusion, SlowWorker
+from perfdiag.analyzer.findings.kernel_growth import GPU_CATEGORIES, KernelGrowth, grown_kernels
 from perfdiag.analyzer.findings.rules import RangeViolation
 from perfdiag.analyzer.load.workers import WorkerAccount
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.analyzer.text import (
     NEXT_STEP,
     RANGE_NEXT_STEP,
+    cuda_call_kind,
     format_ranks,
     ms,
+    next_step,
     pct,
     ranks_phrase,
     short,
@@ -64,20 +68,39 @@ def _peer_group(groups: PeerGroups, group: int, features: Features) -> dict[str,
 
 
 def slow_worker_findings(
-    fusion: Fusion, features: Features, groups: PeerGroups, thresholds: Thresholds
+    fusion: Fusion,
+    features: Features,
+    groups: PeerGroups,
+    thresholds: Thresholds,
+    kernels: dict[int, list[KernelGrowth]] | None = None,
 ) -> list[Reported]:
     """One slow_worker per cause (workers with the same top contributor fuse), plus a
-    function_anomaly when a single function carries most of a worker's excess."""
+    function_anomaly when a single function carries most of a worker's excess. `kernels`: the
+    grown kernels of each rank named for GPU work (analyzer/findings/kernel_growth.py)."""
     by_cause: dict[tuple[str | None, str], list[SlowWorker]] = {}
     for worker in sorted(fusion.slow, key=lambda w: -w.severity):
         key = (worker.function, worker.root_category)
         by_cause.setdefault(key, []).append(worker)
     out: list[Reported] = []
     for (function, category), workers in by_cause.items():
-        out.append(_slow_worker_finding(workers, function, category, features, groups))
+        grown = (kernels or {}).get(workers[0].rank, [])
+        out.append(_slow_worker_finding(workers, function, category, features, groups, grown))
         anomaly = _function_anomaly(workers, thresholds)
         if anomaly is not None:
             out.append(anomaly)
+    return out
+
+
+def kernels_of_gpu_culprits(
+    fusion: Fusion, features: Features, groups: PeerGroups, summary: pa.Table
+) -> dict[int, list[KernelGrowth]]:
+    """The grown kernels of each rank named for GPU work, against its peer group."""
+    steps = {int(r): int(c) for r, c in zip(features.ranks, features.steps.counts, strict=True)}
+    out: dict[int, list[KernelGrowth]] = {}
+    for worker in fusion.slow:
+        if worker.root_category in GPU_CATEGORIES:
+            peers = [int(features.ranks[p]) for p in groups.members(worker.group).tolist()]
+            out[worker.rank] = grown_kernels(summary, worker.rank, peers, steps)
     return out
 
 
@@ -123,11 +146,16 @@ def _slow_worker_finding(
     category: str,
     features: Features,
     groups: PeerGroups,
+    grown: list[KernelGrowth],
 ) -> Reported:
     lead = workers[0]
     ranks = sorted(w.rank for w in workers)
     top = lead.top
     assert top is not None
+    if cuda_call_kind(top.function) is not None:
+        # A CUDA allocator call or host synchronization (or the Python binding making it) is
+        # host-side CUDA time, whatever frame the profiler charged it to.
+        category = "cuda_runtime"
     contributors = ", ".join(
         f"{what(c.function, c.category)} +{ms(c.excess_ms)}/step" for c in lead.contributors[:3]
     )
@@ -148,6 +176,8 @@ def _slow_worker_finding(
     )
     if in_user_code is not None:
         message += f" In the user's code: {in_user_code}."
+    if grown:
+        message += f" Its GPU time grew in {'; '.join(k.describe() for k in grown)}."
     if lead.cpu is not None:
         message += f" CPU: {lead.cpu.sentence}."
     if victims is not None:
@@ -155,7 +185,7 @@ def _slow_worker_finding(
             f" {ranks_phrase(victims.ranks, capital=True)} {waits(victims.ranks)} for it"
             f"{waiting_in}."
         )
-    message += f" Cause: {category} ({lead.root_basis}). Next: {NEXT_STEP.get(category, '')}."
+    message += f" Cause: {category} ({lead.root_basis}). Next: {next_step(category, top.function)}."
     headline = (
         f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} of "
         f"{'its' if len(ranks) == 1 else 'the'} {ms(lead.step_ms)} step ({pct(lead.severity)}) "
@@ -164,6 +194,8 @@ def _slow_worker_finding(
     )
     if in_user_code is not None:
         headline += f" in {in_user_code}"
+    elif grown:
+        headline += f" in {short(grown[0].name)}"
     if lead.cpu is not None and lead.cpu.kind in (
         "blocked",
         "threads",
@@ -181,6 +213,10 @@ def _slow_worker_finding(
         "worker_count": len(workers),
         "peer_group": _peer_group(groups, lead.group, features),
     }
+    if grown:
+        evidence["kernels"] = [k.evidence() for k in grown]
+    if not is_named_function(function) and grown:
+        function = grown[0].name
     finding = Finding(
         kind="slow_worker",
         category=category,
@@ -344,7 +380,7 @@ def range_findings(violations: list[RangeViolation]) -> list[Reported]:
         share = (
             f"{len(v.ranks)} of {v.total_ranks} ranks"
             if len(v.ranks) < v.total_ranks
-            else (f"All {v.total_ranks} ranks" if v.total_ranks > 1 else "The rank")
+            else {1: "The rank", 2: "Both ranks"}.get(v.total_ranks, f"All {v.total_ranks} ranks")
         )
         spend = "spends" if share == "The rank" else "spend"
         message = (

@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from perfdiag.analyzer.compare.features import (
     Features,
+    autograd_entry_rows,
     is_named_function,
     padded_lists,
     waiting_rows,
@@ -30,6 +31,7 @@ from perfdiag.api.taxonomy import COMMUNICATION
 from perfdiag.api.thresholds import ExpectedRanges, Thresholds
 
 TOP_FUNCTIONS = 5
+PYTHON = "python"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def check_expected_ranges(
         if k is None:
             continue
         beta = features.beta[:, k]
+        if category == PYTHON:
+            beta = np.maximum(beta - _autograd_entry_beta(summary, features), 0.0)
         if category == COMMUNICATION:
             beta = np.maximum(beta - discount, 0.0)
         over = beta > bound
@@ -115,9 +119,7 @@ def _persistently_over(
     counts them: waiting frames belong to communication only."""
     durations = features.steps.durations_ms
     n_ranks, n_steps = durations.shape
-    rows = summary.filter(pc.equal(summary.column("category"), category))
-    if category != COMMUNICATION and rows.num_rows:
-        rows = rows.filter(pa.array(~waiting_rows(rows)))
+    rows = _range_rows(summary, category)
     per_step = np.zeros((n_ranks, n_steps))
     if rows.num_rows:
         rank_of_row = rows.column("rank").to_numpy().astype(np.int64)
@@ -134,8 +136,32 @@ def _persistently_over(
     )
 
 
-def _top_functions(summary: pa.Table, category: str, n_ranks: int) -> list[tuple[str, float]]:
+def _range_rows(summary: pa.Table, category: str) -> pa.Table:
+    """The summary rows a bound on `category` counts: waiting frames belong to communication
+    only, and the training thread's wait inside the autograd engine to no Python overhead."""
     rows = summary.filter(pc.equal(summary.column("category"), category))
+    if category != COMMUNICATION and rows.num_rows:
+        rows = rows.filter(pa.array(~waiting_rows(rows)))
+    if category == PYTHON and rows.num_rows:
+        rows = rows.filter(pa.array(~autograd_entry_rows(rows)))
+    return rows
+
+
+def _autograd_entry_beta(summary: pa.Table, features: Features) -> NDArray[np.float64]:
+    """Each rank's β inside the autograd engine's entry frames (0 where none)."""
+    rows = summary.filter(pc.equal(summary.column("category"), PYTHON))
+    rows = rows.filter(pa.array(autograd_entry_rows(rows))) if rows.num_rows else rows
+    out = np.zeros(len(features.ranks))
+    if rows.num_rows:
+        rank_of_row = rows.column("rank").to_numpy().astype(np.int64)
+        position = np.clip(np.searchsorted(features.ranks, rank_of_row), 0, len(out) - 1)
+        known = features.ranks[position] == rank_of_row
+        np.add.at(out, position[known], rows.column("beta").fill_null(0).to_numpy()[known])
+    return out
+
+
+def _top_functions(summary: pa.Table, category: str, n_ranks: int) -> list[tuple[str, float]]:
+    rows = _range_rows(summary, category)
     if rows.num_rows == 0:
         return []
     # Sums per function with numpy, not Arrow's group_by, whose first call imports

@@ -33,6 +33,8 @@ class Analysis:
     fusion: Fusion
     violations: list[RangeViolation]
     reported: list[Reported]
+    observations: list[Reported]
+    """Whole-job efficiency against expected ranges: shown, never a reason for `degraded`."""
     below_threshold: list[Reported]
     has_gpu: bool
     verdict: Verdict

@@ -60,6 +60,7 @@ def render_report(analysis: Analysis) -> str:
         verdict=verdict,
         facts=_facts(analysis),
         findings=[_finding_row(item) for item in analysis.reported],
+        observations=[_finding_row(item) for item in analysis.observations],
         ranks_shown=len(shown),
         ranks_total=len(analysis.account.expected),
         step_chart=_step_chart(analysis, culprits, shown),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from perfdiag.analyzer.compare.features import StepTimes
@@ -81,7 +83,7 @@ def summary_sentence(
             text += f" ({len(more)} more finding{'s' if len(more) > 1 else ''} in the report)"
         parts.append(text)
     elif n:
-        who = f"All {n} ranks look" if n > 1 else "The rank looks"
+        who = {1: "The rank looks", 2: "Both ranks look"}.get(n, f"All {n} ranks look")
         if parts:
             who = f"the {n} analysed rank{'s' if n > 1 else ''} look{'s' if n == 1 else ''}"
         parts.append(
@@ -100,10 +102,21 @@ def summary_sentence(
     return "; ".join([parts[0], *(_continued(p) for p in parts[1:])]) + "."
 
 
+def _observed(observations: Sequence[Reported]) -> str:
+    """' The job as a whole: …' — the largest whole-job observation, said after the status
+    sentence so that it never reads as the reason for it."""
+    if not observations:
+        return ""
+    lead = max(observations, key=lambda r: r.finding.severity)
+    more = len(observations) - 1
+    tail = f" ({more} more observation{'s' if more > 1 else ''} in the report)" if more else ""
+    return f" The job as a whole (advice, not a fault): {_continued(_strip(lead.headline))}{tail}."
+
+
 def _continued(clause: str) -> str:
     """A headline placed after a semicolon: 'Rank 2 is…' → 'rank 2 is…'."""
     first = clause.split(" ", 1)[0]
-    if first in ("Rank", "Ranks", "All", "The"):
+    if first in ("Rank", "Ranks", "All", "The", "Both"):
         return clause[0].lower() + clause[1:]
     return clause
 
@@ -118,6 +131,7 @@ def build_verdict(
     steps: StepTimes,
     reported: list[Reported],
     thresholds: Thresholds,
+    observations: Sequence[Reported] = (),
 ) -> Verdict:
     window = window_info(capture, steps)
     status = status_of(account, [r for r in reported if r.finding.kind != "hang"])
@@ -125,11 +139,13 @@ def build_verdict(
         status = "hang"
     verdict = Verdict(
         status=status,
-        summary=summary_sentence(status, account, reported, window, thresholds),
+        summary=summary_sentence(status, account, reported, window, thresholds)
+        + _observed(observations),
         window=window,
         workers=worker_infos(capture, account),
         missing=missing_ranges(account),
         findings=[r.finding for r in reported],
+        observations=[r.finding for r in observations],
         notes=input_notes(capture),
     )
     return verdict.sorted()

@@ -48,6 +48,8 @@ class RankCpu:
     on_cpu: NDArray[np.float64]
     cpu_wait: NDArray[np.float64]
     other_threads: NDArray[np.float64]
+    """The process's threads that are no part of its training (a user's background thread,
+    intra-op pools), on a CPU, ms per step: PyTorch's own threads are not among them."""
     process_wait: NDArray[np.float64]
     """All of the process's threads' run-queue wait."""
     throttled: NDArray[np.float64]
@@ -67,6 +69,9 @@ class RankCpu:
     rank's were sampled."""
     children_wait: NDArray[np.float64] | None = None
     """(R,) ms per step its child processes waited for a CPU."""
+    torch_threads: NDArray[np.float64] | None = None
+    """(R,) ms per step PyTorch's own threads (the autograd engine's device threads, the
+    process groups') were on a CPU: the rank's own work beside its training thread's."""
 
     @property
     def run_share(self) -> NDArray[np.float64]:
@@ -101,8 +106,8 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
     if not usages or any(u is None for u in usages):
         return None
     n = len(usages)
-    on_cpu, wait, other, throttled, threads, quota, pwait, load = (
-        np.full(n, np.nan) for _ in range(8)
+    on_cpu, wait, other, throttled, threads, quota, pwait, load, torch_cpu = (
+        np.full(n, np.nan) for _ in range(9)
     )
     runnable: list[float] = []
     cores: list[int] = []
@@ -110,7 +115,8 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         assert usage is not None
         on_cpu[i] = _mean(usage.main_run_ms)
         wait[i] = _mean(outside_communication(usage))
-        other[i] = _mean(usage.process_cpu_ms) - on_cpu[i]
+        torch_cpu[i] = _mean(usage.torch_threads_cpu_ms) if usage.torch_threads_cpu_ms else 0.0
+        other[i] = _mean(usage.process_cpu_ms) - on_cpu[i] - torch_cpu[i]
         pwait[i] = _mean(usage.process_wait_ms)
         throttled[i] = _mean(usage.throttled_ms) if usage.throttled_ms is not None else 0.0
         threads[i] = usage.threads if usage.threads is not None else np.nan
@@ -149,6 +155,7 @@ def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None
         on_cpu=on_cpu,
         cpu_wait=wait,
         other_threads=np.maximum(other, 0.0),
+        torch_threads=torch_cpu,
         process_wait=pwait,
         throttled=throttled,
         off_cpu=off_cpu,
@@ -194,6 +201,11 @@ def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
         "cpu_wait_ms_per_step": pair(cpu.cpu_wait),
         "off_cpu_ms_per_step": pair(cpu.off_cpu),
         "other_threads_cpu_ms_per_step": pair(cpu.other_threads),
+        **(
+            {"torch_threads_cpu_ms_per_step": pair(cpu.torch_threads)}
+            if cpu.torch_threads is not None
+            else {}
+        ),
         "throttled_ms_per_step": pair(cpu.throttled),
         "run_share": pair(cpu.run_share),
         "threads": pair(cpu.threads),
@@ -225,7 +237,11 @@ def explain_excess(
     """Why rank `i` spends `excess_ms` of own time more than its peers; `gpu_ms`: how much of
     it is GPU time (its kernels and copies, GPU_WORK) beyond its peers'."""
     peers = peers[peers != i]
-    d_run = _delta(cpu.on_cpu, i, peers)
+    d_main = _delta(cpu.on_cpu, i, peers)
+    # PyTorch's own threads computing more (a backward that recomputes its forward, larger
+    # shapes on the autograd engine's device thread) is the rank computing more.
+    d_torch = _delta(cpu.torch_threads, i, peers) if cpu.torch_threads is not None else 0.0
+    d_run = d_main + max(d_torch, 0.0)
     d_off = _delta(cpu.off_cpu, i, peers)
     d_other = _delta(cpu.other_threads, i, peers)
     evidence = _evidence(cpu, i, peers)
@@ -286,11 +302,18 @@ def explain_excess(
             + _children_computed(cpu, i, peers),
             own,
         )
+    by_torch = (
+        f" ({d_torch:.1f} of it on PyTorch's own threads: the autograd engine's, the process "
+        "groups')"
+        if d_torch >= 0.5 * max(d_run, 0.0) and d_torch > 0
+        else ""
+    )
     return CpuCause(
         "work",
         excess_ms,
         evidence,
-        f"its training thread computed {max(d_run, 0.0):.1f} ms/step longer than its peers'",
+        f"its training thread computed {max(d_run, 0.0):.1f} ms/step longer than its peers'"
+        + by_torch,
         own,
     )
 

@@ -190,6 +190,12 @@ class HostUsage(BaseModel):
     process_cpu_ms: list[float] | None = Field(
         default=None, description="All of the process's threads on a CPU, per step."
     )
+    torch_threads_cpu_ms: list[float] | None = Field(
+        default=None,
+        description="PyTorch's own threads of the process (named pt_*: the autograd engine's "
+        "device threads, which run the backward pass of CUDA tensors, and the process groups' "
+        "threads) on a CPU, per step: the rank's own work, never a competing thread.",
+    )
     process_wait_ms: list[float] | None = Field(
         default=None, description="All threads' run-queue wait, per step."
     )

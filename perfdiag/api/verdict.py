@@ -124,7 +124,19 @@ class Verdict(BaseModel):
         "them has a row in `workers`. The verdict stays as small as the capture when a job "
         "claims far more ranks than were captured (added in v1; absent when empty).",
     )
-    findings: list[Finding] = Field(default_factory=list)
+    findings: list[Finding] = Field(
+        default_factory=list,
+        description="What makes a part of the job (a rank, a node, a link) slower or stuck "
+        "against its peers or its own past, most severe first: any one makes the status "
+        "`degraded`.",
+    )
+    observations: list[Finding] = Field(
+        default_factory=list,
+        description="Whole-job efficiency observations, kind `expected_range`: every rank alike "
+        "spends more of its step in a category than a well-running job of its kind (Python "
+        "overhead, kernel launches, communication). Advice about the job as a whole, never a "
+        "reason for `degraded` (added in v1; absent when empty).",
+    )
     notes: list[str] = Field(
         default_factory=list,
         description="What the analysis saw about the conditions of the window that names no "
@@ -168,7 +180,10 @@ class Verdict(BaseModel):
     def sorted(self) -> Verdict:
         """The contract: findings sorted by severity, descending."""
         return self.model_copy(
-            update={"findings": sorted(self.findings, key=lambda f: f.severity, reverse=True)}
+            update={
+                "findings": sorted(self.findings, key=lambda f: f.severity, reverse=True),
+                "observations": sorted(self.observations, key=lambda f: f.severity, reverse=True),
+            }
         )
 
     def to_json(self) -> str:
@@ -177,4 +192,6 @@ class Verdict(BaseModel):
         exclude = {"trigger"} if self.trigger is None else set()
         if not self.missing:
             exclude.add("missing")
+        if not self.observations:
+            exclude.add("observations")
         return self.model_dump_json(by_alias=True, indent=2, exclude=exclude or None)

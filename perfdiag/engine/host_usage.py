@@ -156,6 +156,7 @@ def host_usage(
         process_cpu_ms=counters.get("process_cpu_ns")
         or _per_step_ms(samples, "process_cpu_run_ns", device, bounds),
         process_wait_ms=_per_step_ms(samples, "process_runqueue_wait_ns", device, bounds),
+        torch_threads_cpu_ms=_per_step_ms(samples, "torch_threads_cpu_run_ns", device, bounds),
         children_cpu_ms=_per_step_ms(samples, "children_cpu_run_ns", device, bounds),
         children_wait_ms=_per_step_ms(samples, "children_runqueue_wait_ns", device, bounds),
         threads=int(threads.max()) if len(threads) else None,

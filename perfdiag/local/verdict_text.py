@@ -10,6 +10,7 @@ from perfdiag.api.ranks import runs_phrase
 from perfdiag.local.terminal import safe_text
 
 _MAX_FINDINGS = 5
+_MAX_OBSERVATIONS = 3
 
 
 def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
@@ -62,6 +63,17 @@ def render_verdict(verdict: Verdict, *, location: str | None = None) -> str:
             )
         if len(verdict.findings) > _MAX_FINDINGS:
             lines.append(f"    … {len(verdict.findings) - _MAX_FINDINGS} more in verdict.json")
+    if verdict.observations:
+        lines.append(
+            "  the whole job (observations against expected ranges, not a fault of any part):"
+        )
+        for finding in verdict.observations[:_MAX_OBSERVATIONS]:
+            lines += textwrap.wrap(
+                f"- {finding.category}: {finding.message}",
+                width=96,
+                initial_indent="    ",
+                subsequent_indent="      ",
+            )
     if location:
         base = location.rstrip("/")
         lines.append(f"  verdict: {base}/verdict.json")

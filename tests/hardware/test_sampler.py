@@ -259,3 +259,45 @@ def test_nvlink_counters_are_polled_only_where_the_driver_answers_them() -> None
     assert hardware._answers(_FieldValues(13, 0), None, fields)
     assert not hardware._answers(_FieldValues(13, 13), None, fields)
     assert not hardware._answers(_FieldValues(error=RuntimeError("NVML")), None, fields)
+
+
+def test_pytorchs_own_threads_are_counted_apart_from_the_others() -> None:
+    """A rank whose autograd engine thread (PyTorch names it pt_autograd_<device>) computes:
+    its CPU time is PyTorch's threads' and the process's, while a user's busy thread counts in
+    the process's total only. Each thread burns a fixed 0.3 s of its own CPU time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, time\n"
+        "sys.stdin.readline()\n"
+        "def burn(name):\n"
+        "    if name:\n"
+        "        with open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w') as f:\n"
+        "            f.write(name)\n"
+        "    time.sleep(0.1)\n"  # named before the sampler's next reading of the threads
+        "    while time.thread_time() < 0.3: pass\n"
+        "    time.sleep(0.3)\n"
+        "threads = [threading.Thread(target=burn, args=(n,)) for n in ('pt_autograd_0', '')]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+    )
+    rank = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
+    sampler = HardwareSampler(pids={0: rank.pid}, use_gpu=False)
+    sampler.start()
+    try:
+        time.sleep(0.2)
+        assert rank.stdin is not None
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        rank.wait(timeout=60)
+    finally:
+        sampler.stop()
+        rank.kill()
+    series = {(s.metric, s.device): s for s in sampler.samples()}
+    torch_run = list(series[("torch_threads_cpu_run_ns", "rank0")].values)
+    process_run = list(series[("process_cpu_run_ns", "rank0")].values)
+    torch_cpu = torch_run[-1] - torch_run[0]
+    # The named thread's 0.3 s, kept after it ended; the unnamed one's is not PyTorch's.
+    assert 0.28e9 <= torch_cpu <= 0.45e9, torch_cpu
+    assert process_run[-1] - process_run[0] >= torch_cpu + 0.25e9
