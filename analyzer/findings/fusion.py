@@ -13,6 +13,7 @@ add the slow-link case and drop `communication_outliers` that turn out to be wai
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from perfdiag.analyzer.text import short
 from perfdiag.api.taxonomy import COMMUNICATION
 from perfdiag.api.thresholds import Thresholds
 
+ExcessBasis = Literal["total", "outlying", "cpu"]
 TOP_CONTRIBUTORS = 5
 HOLDS_SHARE = 0.5
 """A rank found computing longer is named when one function or category holds this share of
@@ -118,6 +120,13 @@ class SlowWorker:
     """What the rank did with its time, against its peers (HostUsage)."""
     intermittent: bool = False
     """Its excess recurs in some steps rather than in most."""
+    excess_basis: ExcessBasis = "total"
+    """How `excess_ms` was measured: its whole time outside communication against its peers'
+    ("total"), the functions and categories that stand out ("outlying"), or its own extra
+    computation by the CPU accounting ("cpu")."""
+    mean_step_ms: float = 0.0
+    """The rank's mean step over the window; `step_ms` is it, or the median step that a
+    throttled rank's severity is a share of."""
     user_function: str | None = None
     """The user's own frame behind the top contributor (analyzer/signals/user_frame.py), when that
     contributor is a builtin, a library frame or an op."""
@@ -587,6 +596,7 @@ def _reference_peers(groups: PeerGroups, reference: np.ndarray, i: int) -> np.nd
 
 def _with_cpu_work(worker: SlowWorker, work: CpuWork, thresholds: Thresholds) -> None:
     worker.excess_ms = work.excess_ms
+    worker.excess_basis = "cpu"
     worker.steps_outlying, worker.steps = work.steps_shown, work.steps
     worker.intermittent = work.steps_shown < thresholds.min_persistence * work.steps
 
@@ -622,11 +632,13 @@ def _computing_worker(
     if is_idle(root):
         root = "python"
     return SlowWorker(
+        mean_step_ms=float(features.mean_step_ms[i]),
         rank=int(features.ranks[i]),
         position=i,
         group=int(groups.labels[i]),
         step_ms=float(features.mean_step_ms[i]),
         excess_ms=work.excess_ms,
+        excess_basis="cpu",
         non_wait_ms=float(features.ms[i, nw]),
         peers_non_wait_ms=float(dev.ref[i, nw]),
         steps_outlying=work.steps_shown,
@@ -691,15 +703,16 @@ def _group_median(values: np.ndarray, groups: PeerGroups, reference: np.ndarray)
 
 def _with_cause(worker: SlowWorker, cause: CpuCause, exact: bool = False) -> None:
     worker.cpu = cause
-    if exact and cause.own_ms is not None:
-        # With exact per-step counters the rank's own time is measured, not estimated: its
-        # extra computation (and its host's toll on it) is what it costs the job; the rest of
-        # its functions' excess is waiting for a CPU, which names no rank. Off-CPU time is
-        # derived (the step less the rest), so a blocked rank's excess is only capped by it.
-        if cause.kind == "work":
-            worker.excess_ms = cause.own_ms
-        elif cause.kind == "blocked":
-            worker.excess_ms = min(worker.excess_ms, cause.own_ms)
+    # With exact per-step counters the rank's own time is measured, not estimated: its extra
+    # computation (and its host's toll on it) is what it costs the job; the rest of its
+    # functions' excess is waiting for a CPU, which names no rank. Off-CPU time is derived
+    # (the step less the rest), so a blocked rank's excess is only capped by it.
+    own = cause.own_ms if exact else None
+    if own is not None and (
+        cause.kind == "work" or (cause.kind == "blocked" and own < worker.excess_ms)
+    ):
+        worker.excess_ms = own
+        worker.excess_basis = "cpu"
     if cause.kind in ("threads", "throttled", "starved"):
         worker.root_category = "host"
         worker.root_basis = cause.sentence
@@ -714,16 +727,20 @@ def _held_back_worker(
     A throttled rank's share is of its typical (median) step when stalls of the whole host
     make the mean longer: the quota costs it that share of every step it runs."""
     step = float(features.mean_step_ms[i])
-    if cause.kind == "throttled":
+    if cause.kind == "throttled" and cause.excess_ms <= float(features.steps.median_ms[i]):
         step = min(step, float(features.steps.median_ms[i]))
+    # A counter of the host (throttled time, run-queue wait) can exceed the step it is read
+    # over (a cgroup throttled across several CPUs at once): the rank cannot lose more than
+    # its step. The counter itself stays in the cause's evidence.
+    excess = min(cause.excess_ms, step)
     held = Contributor(
         function=None,
         category="host",
-        ms=cause.excess_ms,
+        ms=excess,
         peers_ms=0.0,
         best_peer_ms=0.0,
-        excess_ms=cause.excess_ms,
-        beta=cause.excess_ms / step if step else 0.0,
+        excess_ms=excess,
+        beta=excess / step if step else 0.0,
         peers_beta=0.0,
         robust_z=float("nan"),
         ratio=float("nan"),
@@ -733,11 +750,12 @@ def _held_back_worker(
     )
     nw = features.non_wait_index
     return SlowWorker(
+        mean_step_ms=float(features.mean_step_ms[i]),
         rank=int(features.ranks[i]),
         position=i,
         group=int(groups.labels[i]),
         step_ms=step,
-        excess_ms=cause.excess_ms,
+        excess_ms=excess,
         non_wait_ms=float(features.ms[i, nw]),
         peers_non_wait_ms=float(dev.ref[i, nw]),
         steps_outlying=-1,
@@ -812,11 +830,13 @@ def _slow_worker(
             "usual cause — capture with Python stacks to name the function"
         )
     return SlowWorker(
+        mean_step_ms=float(features.mean_step_ms[i]),
         rank=int(features.ranks[i]),
         position=i,
         group=int(groups.labels[i]),
         step_ms=step,
         excess_ms=excess,
+        excess_basis="total" if k == nw else "outlying",
         non_wait_ms=float(features.ms[i, nw]),
         peers_non_wait_ms=float(dev.ref[i, nw]),
         steps_outlying=steps_outlying,

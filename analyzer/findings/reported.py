@@ -91,6 +91,20 @@ def slow_worker_findings(
     return out
 
 
+HOST_CAUSES = frozenset({"throttled", "starved", "threads"})
+"""CPU causes that hold a rank back from outside its training thread's own work."""
+HOST_NEXT_STEP = {
+    "throttled": "its CPU quota throttles it: raise the container's CPU limit (resources.limits"
+    ".cpu of the pod in Kubernetes, cpu.max of its cgroup), or request whole cores (Guaranteed "
+    "QoS with the static CPU manager policy) so that its threads are not stopped each period",
+    "starved": "other processes on its host take the CPUs it needs: look at what else runs "
+    "there (top -H), pin the ranks to their own cores, or move the job off that host",
+    "threads": "threads of its own process that are no part of training compete for its CPU "
+    "and the GIL: look at its background threads (py-spy dump) and intra-op thread counts "
+    "(torch.set_num_threads, OMP_NUM_THREADS)",
+}
+
+
 def kernels_of_gpu_culprits(
     fusion: Fusion, features: Features, groups: PeerGroups, summary: pa.Table
 ) -> dict[int, list[KernelGrowth]]:
@@ -168,12 +182,18 @@ def _slow_worker_finding(
     waiting_in = ""
     if victims is not None:
         waiting_in = f" in {short(victims.function)}" if victims.function else " in communication"
-    message = (
-        f"{who} {verb} {ms(lead.excess_ms)}/step more than {'its' if len(ranks) == 1 else 'their'}"
-        f" peers outside communication ({pct(lead.severity)} of the {ms(lead.step_ms)} step, "
-        f"{_steps_phrase(lead.steps_outlying, lead.steps)}"
-        f"{', intermittently' if lead.intermittent else ''}); top contributors: {contributors}."
-    )
+    held_back = category == "host" and lead.cpu is not None and lead.cpu.kind in HOST_CAUSES
+    if held_back:
+        # The host's counters measure what it cost the rank, not its time outside
+        # communication: both are said, each as what it is.
+        message = (
+            f"{who} lost {ms(lead.excess_ms)}/step to {'its' if len(ranks) == 1 else 'their'} "
+            f"host ({pct(lead.severity)} of {_its(lead, ranks)} {ms(lead.step_ms)} "
+            f"{_step_kind(lead)}); outside communication rank {lead.rank} spent "
+            f"{ms(lead.non_wait_ms)}/step, its peers {ms(lead.peers_non_wait_ms)} (median)."
+        )
+    else:
+        message = f"{who} {verb} {_excess_phrase(lead, ranks)}; top contributors: {contributors}."
     if in_user_code is not None:
         message += f" In the user's code: {in_user_code}."
     if grown:
@@ -185,13 +205,25 @@ def _slow_worker_finding(
             f" {ranks_phrase(victims.ranks, capital=True)} {waits(victims.ranks)} for it"
             f"{waiting_in}."
         )
-    message += f" Cause: {category} ({lead.root_basis}). Next: {next_step(category, top.function)}."
-    headline = (
-        f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} of "
-        f"{'its' if len(ranks) == 1 else 'the'} {ms(lead.step_ms)} step ({pct(lead.severity)}) "
-        f"is extra time its peers don't spend, mostly {what_inline(top.function, top.category)} "
-        f"(+{ms(top.excess_ms)}/step, {_category_word(top.category)})"
+    advice = HOST_NEXT_STEP.get(lead.cpu.kind) if lead.cpu is not None else None
+    message += (
+        f" Cause: {category} ({lead.root_basis}). "
+        f"Next: {advice or next_step(category, top.function)}."
     )
+    if held_back:
+        headline = (
+            f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} "
+            f"of {_its(lead, ranks)} {ms(lead.step_ms)} {_step_kind(lead)} "
+            f"({pct(lead.severity)}) is lost to its host"
+        )
+    else:
+        headline = (
+            f"{who} {'is' if len(ranks) == 1 else 'are'} slowing the job: {ms(lead.excess_ms)} "
+            f"of {_its(lead, ranks)} {ms(lead.step_ms)} {_step_kind(lead)} "
+            f"({pct(lead.severity)}) is extra time its peers don't spend, mostly "
+            f"{what_inline(top.function, top.category)} (+{ms(top.excess_ms)}/step, "
+            f"{_category_word(top.category)})"
+        )
     if in_user_code is not None:
         headline += f" in {in_user_code}"
     elif grown:
@@ -234,6 +266,10 @@ def _function_anomaly(workers: list[SlowWorker], thresholds: Thresholds) -> Repo
     top = lead.top
     if top is None or not is_named_function(top.function) or not top.outlying:
         return None
+    if lead.cpu is not None and lead.cpu.kind in HOST_CAUSES:
+        # Its functions ran slower because the host held the rank back: a symptom the
+        # slow_worker finding already gives (its contributors), no anomaly of the function.
+        return None
     if top.excess_ms < thresholds.dominant_function_share * lead.excess_ms:
         return None
     ranks = sorted(w.rank for w in workers)
@@ -271,6 +307,49 @@ def _function_anomaly(workers: list[SlowWorker], thresholds: Thresholds) -> Repo
     )
     headline = f"{short(top.function)} takes {ms(top.excess_ms)}/step more on {ranks_phrase(ranks)}"
     return Reported(finding=finding, headline=headline + ".")
+
+
+def _its(lead: SlowWorker, ranks: list[int]) -> str:
+    return "its" if len(ranks) == 1 else f"rank {lead.rank}'s"
+
+
+def _step_kind(lead: SlowWorker) -> str:
+    """Which step time a severity is a share of: the mean of the window's steps, or the median
+    one (a throttled rank's, when stalls of the whole host lengthen the mean)."""
+    return "median step" if lead.step_ms < lead.mean_step_ms - 1e-9 else "mean step"
+
+
+ACCOUNTED_TOLERANCE_MS = 0.05
+
+
+def _excess_phrase(lead: SlowWorker, ranks: list[int]) -> str:
+    """The rank's excess with the time outside communication it comes from, each said as what
+    it is: the two differ where the CPU accounting takes waiting for a CPU out of it."""
+    own = lead.non_wait_ms - lead.peers_non_wait_ms
+    share = (
+        f"{pct(lead.severity)} of {_its(lead, ranks)} {ms(lead.step_ms)} {_step_kind(lead)}, "
+        f"{_steps_phrase(lead.steps_outlying, lead.steps)}"
+        f"{', intermittently' if lead.intermittent else ''}"
+    )
+    times = (
+        f"rank {lead.rank} {ms(lead.non_wait_ms)} against its peers' "
+        f"{ms(lead.peers_non_wait_ms)}, median"
+    )
+    their = "its" if len(ranks) == 1 else "their"
+    if lead.excess_basis == "total" or abs(own - lead.excess_ms) <= max(
+        ACCOUNTED_TOLERANCE_MS, 0.005 * lead.excess_ms
+    ):
+        return f"{ms(lead.excess_ms)}/step more than {their} peers outside communication ({times}; {share})"
+    if lead.excess_basis == "cpu":
+        return (
+            f"{ms(lead.excess_ms)}/step of extra work of {their} own by the CPU accounting "
+            f"({share}); outside communication {times}: the rest of that difference is "
+            "waiting for a CPU"
+        )
+    return (
+        f"{ms(lead.excess_ms)}/step more than {their} peers in the work that stands out from "
+        f"theirs ({share}); outside communication in all, {times}"
+    )
 
 
 def _category_word(category: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from html import escape
 
 CATEGORY_COLORS: dict[str, str] = {
+    "host (held back)": "#d62728",
     "cpu_op": "#4e79a7",
     "gpu_compute": "#2a4d6e",
     "gpu_memory": "#76b7b2",

@@ -358,12 +358,21 @@ def _breakdown_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -
         c for c in present if c not in CATEGORY_ORDER
     )
     position = {int(r): i for i, r in enumerate(features.ranks)}
+    held = _held_back_ms(analysis)
+    if held:
+        order = (
+            [*order[:-1], HELD_BACK, order[-1]]
+            if order[-1] == COMMUNICATION
+            else [*order, HELD_BACK]
+        )
     bars = []
     for rank in shown:
         if rank not in position:
             continue
         i = position[rank]
-        segments = [(c, float(features.ms[i, col_of[c]])) for c in order]
+        segments = [(c, float(features.ms[i, col_of[c]]) if c in col_of else 0.0) for c in order]
+        if rank in held:
+            segments = _with_held_back(segments, held[rank])
         bars.append(
             StackedBar(
                 label=str(rank),
@@ -373,6 +382,27 @@ def _breakdown_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -
             )
         )
     return stacked_bars(bars, unit=" ms", categories=order)
+
+
+HELD_BACK = "host (held back)"
+"""The breakdown's segment of a rank its host held back (a CPU quota, a CPU taken by others):
+that time is inside its categories on the critical path (a throttled thread's op lasts longer),
+so it is carved out of its own work, in proportion."""
+
+
+def _held_back_ms(analysis: Analysis) -> dict[int, float]:
+    """ms per step each rank named with a host cause lost to its host."""
+    return {w.rank: w.excess_ms for w in analysis.fusion.slow if w.root_category == "host"}
+
+
+def _with_held_back(segments: list[tuple[str, float]], held_ms: float) -> list[tuple[str, float]]:
+    own = sum(v for c, v in segments if c not in (COMMUNICATION, HELD_BACK))
+    carved = min(held_ms, own)
+    keep = (own - carved) / own if own > 0 else 0.0
+    return [
+        (c, carved if c == HELD_BACK else v if c == COMMUNICATION else v * keep)
+        for c, v in segments
+    ]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from perfdiag.analyzer import analyze
 from perfdiag.api.verdict import Verdict
 from perfdiag.local.verdict_text import render_verdict
 from perfdiag.storage.local import LocalStorage
+from perfdiag_testing.verdict_agreement import disagreements
 
 GPT2 = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "gpu-gpt2"
 CULPRIT_KINDS = {"slow_worker", "slow_node", "function_anomaly", "hardware", "hang"}
@@ -23,7 +24,10 @@ def _judge(name: str, tmp_path: Path) -> Verdict:
     assert len(list(folder.glob("rank-*.json.gz"))) == 2, (
         f"the shared GPU traces are required ({folder})"
     )
-    return analyze(str(folder), LocalStorage(tmp_path / name))
+    verdict = analyze(str(folder), LocalStorage(tmp_path / name))
+    report = (tmp_path / name / "report.html").read_text()
+    assert not disagreements(verdict, report)
+    return verdict
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +75,11 @@ def test_a_gpu_culprit_is_named_to_its_kernels(fp32: Verdict) -> None:
     assert all(k["peers_median_call_us"] is None for k in kernels)
     assert top.function == kernels[0]["kernel"]
     assert "Its GPU time grew in" in top.message
+
+
+def test_a_number_given_twice_differently_is_caught(fp32: Verdict) -> None:
+    top = fp32.findings[0]
+    excess = top.evidence["workers"][0]["excess_ms_per_step"]
+    wrong = top.model_copy(update={"message": top.message.replace(f"{excess:.1f} ms", "9.99 ms")})
+    tampered = fp32.model_copy(update={"findings": [wrong, *fp32.findings[1:]]})
+    assert any("lacks the excess" in p for p in disagreements(tampered, ""))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from perfdiag.api import Verdict
 from perfdiag_testing.processes import free_port
+from perfdiag_testing.verdict_agreement import disagreements
 
 FAULT_JOB = Path(__file__).with_name("fault_job.py")
 CULPRIT_KINDS = frozenset({"slow_worker", "hardware", "function_anomaly", "slow_node"})
@@ -199,6 +200,11 @@ def _judged(
         )
     verdict = Verdict.model_validate(json.loads(verdict_file.read_text()))
     right, why = judge(fault_class, verdict)
+    report = verdict_file.with_name("report.html")
+    # A verdict must also agree with itself: the same number wherever it is given.
+    disagree = disagreements(verdict, report.read_text()) if report.exists() else ["no report"]
+    if right and disagree:
+        right, why = False, f"the verdict disagrees with itself: {'; '.join(disagree)}"
     top = verdict.findings[0] if verdict.findings else None
     return Outcome(
         fault_class.name,
