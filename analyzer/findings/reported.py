@@ -193,7 +193,11 @@ def _slow_worker_finding(
             f"{ms(lead.non_wait_ms)}/step, its peers {ms(lead.peers_non_wait_ms)} (median)."
         )
     else:
-        message = f"{who} {verb} {_excess_phrase(lead, ranks)}; top contributors: {contributors}."
+        less_wait = features.cpu_wait is not None
+        message = (
+            f"{who} {verb} {_excess_phrase(lead, ranks, less_wait)}; top contributors: "
+            f"{contributors}."
+        )
     if in_user_code is not None:
         message += f" In the user's code: {in_user_code}."
     if grown:
@@ -322,9 +326,11 @@ def _step_kind(lead: SlowWorker) -> str:
 ACCOUNTED_TOLERANCE_MS = 0.05
 
 
-def _excess_phrase(lead: SlowWorker, ranks: list[int]) -> str:
-    """The rank's excess with the time outside communication it comes from, each said as what
-    it is: the two differ where the CPU accounting takes waiting for a CPU out of it."""
+def _excess_phrase(lead: SlowWorker, ranks: list[int], less_wait: bool) -> str:
+    """The rank's excess with its time outside communication, each said as what it is: the
+    excess may be counted from the functions that stand out, or by the CPU accounting (extra
+    computation with the waits for a CPU it brings on a busy host), and the time outside
+    communication has the ranks' waits for a CPU taken out where they were sampled."""
     own = lead.non_wait_ms - lead.peers_non_wait_ms
     share = (
         f"{pct(lead.severity)} of {_its(lead, ranks)} {ms(lead.step_ms)} {_step_kind(lead)}, "
@@ -333,7 +339,7 @@ def _excess_phrase(lead: SlowWorker, ranks: list[int]) -> str:
     )
     times = (
         f"rank {lead.rank} {ms(lead.non_wait_ms)} against its peers' "
-        f"{ms(lead.peers_non_wait_ms)}, median"
+        f"{ms(lead.peers_non_wait_ms)}, median{', less their waits for a CPU' if less_wait else ''}"
     )
     their = "its" if len(ranks) == 1 else "their"
     if lead.excess_basis == "total" or abs(own - lead.excess_ms) <= max(
@@ -342,9 +348,9 @@ def _excess_phrase(lead: SlowWorker, ranks: list[int]) -> str:
         return f"{ms(lead.excess_ms)}/step more than {their} peers outside communication ({times}; {share})"
     if lead.excess_basis == "cpu":
         return (
-            f"{ms(lead.excess_ms)}/step of extra work of {their} own by the CPU accounting "
-            f"({share}); outside communication {times}: the rest of that difference is "
-            "waiting for a CPU"
+            f"{ms(lead.excess_ms)}/step of extra work of {their} own: its extra computation by "
+            f"the CPU accounting, with the waits for a CPU that it brings on this host ({share}); "
+            f"outside communication, {times}"
         )
     return (
         f"{ms(lead.excess_ms)}/step more than {their} peers in the work that stands out from "

@@ -515,6 +515,7 @@ class _Workers:
     unlisted_problems: int  # missing or stuck workers beyond the rows
     unlisted_problem_ranks: str  # their ranks, as runs
     unlisted_healthy: int
+    less_cpu_wait: bool  # the ranks' sampled waits for a CPU are taken out of their own time
 
 
 def _workers(analysis: Analysis) -> _Workers:
@@ -563,4 +564,5 @@ def _workers(analysis: Analysis) -> _Workers:
         unlisted_problems=run_count(runs),
         unlisted_problem_ranks=format_runs(runs),
         unlisted_healthy=len(healthy) - (len(listed) - len(problems)),
+        less_cpu_wait=features.cpu_wait is not None,
     )
