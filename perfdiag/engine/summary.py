@@ -1,10 +1,11 @@
 """The behavior pattern of one worker (docs/design.md §4): one row per (function, category).
 
 β(f) is the share of the window's time the critical path charges to f; the rows with idle
-("<idle>", category "idle") sum to 1. Count and duration statistics describe the executions
-that started inside the window. Functions that matter little (β and wall share both under
-`beta_floor`) are folded into one "<other>" row per category, and at most `max_rows` rows are
-kept, so a summary stays a few KB however many events the window held.
+("<idle>", category "idle": time nothing ran, and perfdiag's own time) sum to 1. Count and
+duration statistics describe the executions that started inside the window. Functions that
+matter little (β and wall share both under `beta_floor`) are folded into one "<other>" row per
+category, and at most `max_rows` rows are kept, so a summary stays a few KB however many events
+the window held.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from perfdiag.api.schema import (
 )
 from perfdiag.engine.allocator import system_allocator
 from perfdiag.engine.critical_path import IDLE, critical_path
+from perfdiag.engine.kineto.own_events import OWN_TIME_CAT
 
 BETA_FLOOR = 1e-4
 MAX_ROWS = 500
@@ -59,6 +61,8 @@ def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: 
     categories = events["category"]
     # Group 0 is idle; the others are the distinct (category, function) pairs.
     group_of_event, names, cats = _groups(functions, categories)
+    own = _own_time(events)
+    group_of_event[own] = 0  # perfdiag's own time: idle for the training
     n_groups = len(names)
 
     per_group_step = np.zeros((n_groups, steps), dtype=np.float64)
@@ -68,7 +72,7 @@ def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: 
     np.add.at(per_group_step, (group, charged.step), charged.ns.astype(np.float64))
 
     dur = _ints(events["dur_ns"])
-    started = _ints(events["step"]) >= 0
+    started = (_ints(events["step"]) >= 0) & ~own  # executions of the training's functions
     wall = np.bincount(group_of_event[started], weights=dur[started], minlength=n_groups)
     weight = np.maximum(per_group_step.sum(axis=1), wall) / window_ns
     folded = _fold(weight, cats, beta_floor, max_rows)
@@ -115,6 +119,13 @@ def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: 
     return table.replace_schema_metadata(
         with_meta(SUMMARY_SCHEMA, SUMMARY_SCHEMA_ID, meta).metadata
     )
+
+
+def _own_time(events: pa.Table) -> npt.NDArray[np.bool_]:
+    """The events that hold perfdiag's own time (its hook's work, where the import dropped
+    its frames: perfdiag.engine.kineto.own_events)."""
+    cats = taxonomy.distinct(events["kineto_cat"])
+    return cats.mask(np.array([c == OWN_TIME_CAT for c in cats.values.to_pylist()], dtype=bool))
 
 
 def _ints(column: pa.ChunkedArray | pa.Array) -> IntArray:

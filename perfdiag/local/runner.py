@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 from perfdiag.api import Verdict
 from perfdiag.local.errors import CliError, CliInterrupted
 from perfdiag.local.failure import training_failed_message
+from perfdiag.local.first_step import NO_STEPS_HINT
 from perfdiag.local.hang import EXIT_HANG, HangDetected, HangWatch, collect_stacks
 from perfdiag.local.heartbeats import read_beats
 from perfdiag.local.native_log import NativeLog
@@ -25,7 +26,6 @@ from perfdiag.local.progress import Progress
 from perfdiag.local.torchrun import LaunchTarget
 from perfdiag.local.training import SignalForwarding, TrainingProcess
 from perfdiag.local.window import (
-    NO_STEPS_HINT,
     Interrupted,
     TrainingEnded,
     WindowCoordinator,

@@ -17,6 +17,11 @@ from perfdiag.api.stall import StallPolicy
 from perfdiag.api.trigger import SlowdownRule
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.collector.hook import spool
+from perfdiag.local.first_step import (
+    NO_STEP_NOTE_AFTER_S,
+    no_rank_stepped_text,
+    silent_ranks_text,
+)
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
 from perfdiag.local.progress import Progress
 
@@ -32,13 +37,6 @@ MISSING_RANK_GRACE_S = 60.0
 # counts in the heartbeats can be (one a second): the window begins this far ahead.
 PLAN_LEAD_S = 2.0
 RATE_WAIT_S = 3.0  # at most this long for a second heartbeat (the step rate) before the plan
-# After this long with no step counted, explain how perfdiag counts steps.
-NO_STEP_HINT_AFTER_S = 60.0
-
-NO_STEPS_HINT = (
-    "perfdiag counts a step at each torch.optim optimizer.step(); a loop without a torch "
-    "optimizer must call perfdiag.collector.step() once per iteration"
-)
 
 
 class TrainingEnded(Exception):
@@ -167,7 +165,7 @@ class WindowCoordinator:
         """Return once every rank of this node reports (its hook loaded, a step done), or some
         do and the others have not for MISSING_RANK_GRACE_S; then sample their hardware."""
         started, first_seen = time.monotonic(), None
-        hinted = False
+        noted = False
         while True:
             self.check()
             if self.settings.trigger is None:
@@ -179,14 +177,16 @@ class WindowCoordinator:
             if len(beats) >= self.settings.local_ranks:
                 break
             if first_seen is not None and now - first_seen > MISSING_RANK_GRACE_S:
-                self.progress(
-                    f"only {len(beats)} of {self.settings.local_ranks} ranks report to perfdiag; "
-                    "capturing those"
-                )
+                silent = sorted(set(self._rank_pids()) - set(beats))
+                steps = {rank: beat.step for rank, beat in beats.items()}
+                self.progress(silent_ranks_text(steps, self.settings.local_ranks, silent))
                 break
-            if not hinted and not beats and now - started > NO_STEP_HINT_AFTER_S:
-                hinted = True
-                self.progress(f"no training step counted yet: {NO_STEPS_HINT}")
+            if not noted and not beats and now - started > NO_STEP_NOTE_AFTER_S:
+                noted = True  # a slow start looks the same as uncounted steps: say what is seen
+                running = len(self._rank_pids()) if self.launcher_pid is not None else None
+                self.progress(
+                    no_rank_stepped_text(now - started, self.settings.local_ranks, running)
+                )
             self.progress.status(
                 f"waiting for {self.settings.local_ranks} ranks to start ({len(beats)} reporting)…"
             )
@@ -245,6 +245,14 @@ class WindowCoordinator:
         plan = self._write_plan(start)
         self.progress(f"{reason}: {self._steps_text(start)}…")
         return plan
+
+    def _rank_pids(self) -> dict[int, int]:
+        """rank → pid of this node's rank processes (empty when unknown)."""
+        if self.launcher_pid is None:
+            return {}
+        from perfdiag.local.rank_processes import rank_processes
+
+        return rank_processes(self.launcher_pid)
 
     def _sample_rank_processes(self) -> None:
         """Start sampling as soon as every rank process of this node exists: a fast job can
@@ -415,6 +423,8 @@ class WindowCoordinator:
         phases: dict[str, int] = {}
         for beat in beats.values():
             word = words.get(beat.phase, beat.phase)
+            if beat.phase == "dormant" and plan is not None and beat.plan_id == plan.id:
+                word = "trace written"  # the hook is done with this window: it is ours to read
             phases[word] = phases.get(word, 0) + 1
         doing = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
         return (

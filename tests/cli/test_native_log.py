@@ -27,9 +27,10 @@ GPU_PROBE = (
 STAGE = (
     b"STAGE:2023-10-02 12:00:01 77:77 ActivityProfilerController.cpp:312] Completed Stage: Warm Up"
 )
+# c10 ends every warning with the function that raised it (c10::WarningHandler::process).
 C10_PROFILER = (
     b"[rank0]:[W1125 01:51:31.123456789 collection.cpp:1050] Warning: Failed to recover "
-    b"relationship between all profiler and kineto events"
+    b"relationship between all profiler and kineto events (function operator())"
 )
 NOISE = [USDT_START, USDT_STOP, GPU_PROBE, STAGE, C10_PROFILER]
 
@@ -44,6 +45,13 @@ USER = [
     b"[W1125 01:51:31.123456789 ProcessGroupNCCL.cpp:1168] Warning: process group has NOT been "
     b"destroyed",
     b"caf\xc3\xa9 \xff\xfe not UTF-8",
+]
+# The user's own Python warning and its source line, and a traceback through the hook's step
+# call (Ctrl-C while it ran): the user's, shown.
+USER += [
+    b"/home/me/train.py:12: UserWarning: the learning rate is high",
+    b"  warnings.warn('the learning rate is high')",
+    b'  File "/tmp/pd/hook/perfdiag/collector/hook/__init__.py", line 170, in optimizer_step',
 ]
 
 
@@ -61,12 +69,10 @@ def _run(chunks: list[bytes]) -> tuple[bytes, bytes, list[bytes]]:
 
 def test_noise_lines_go_to_the_log_and_user_lines_stay() -> None:
     user = b"".join(line + b"\n" for line in USER)
-    mixed = b"".join(
-        line + b"\n" for pair in zip(USER, NOISE + NOISE[:3], strict=True) for line in pair
-    )
+    mixed = b"".join(line + b"\n" for pair in zip(USER, NOISE * 3, strict=False) for line in pair)
     shown, routed, _ = _run([mixed])
     assert shown == user
-    assert routed == b"".join(line + b"\n" for line in NOISE + NOISE[:3])
+    assert routed == b"".join(line + b"\n" for line in (NOISE * 3)[: len(USER)])
 
 
 def test_progress_bars_pass_through_at_once() -> None:
@@ -95,8 +101,11 @@ def test_partial_lines_across_chunks() -> None:
 @pytest.mark.parametrize(
     ("lines", "ends"),
     [
-        # Anything glued together, torch's own C++ lines aside…
-        ([line for line in USER if not line.startswith(b"[W1")], [b"\n", b"\r", b" ", b""]),
+        # Anything glued together, torch's C++ lines and Python's warnings aside…
+        (
+            [line for line in USER if not line.startswith((b"[W1", b"/home/me/train.py"))],
+            [b"\n", b"\r", b" ", b""],
+        ),
         # …which end at their newline, or where a progress bar's \r comes between.
         (USER, [b"\n", b"\r", b"\r\n"]),
     ],
@@ -126,6 +135,48 @@ def test_an_unfinished_header_at_the_end_is_shown() -> None:
     assert _run([b"loading CSV"]) == (b"loading CSV", b"", [b"loading CS"])
     assert _run([b"last words USDT:2026"])[:2] == (b"last words USDT:2026", b"")
     assert _run([USDT_STOP])[:2] == (b"", USDT_STOP)  # killed before its newline
+
+
+# Warnings about perfdiag's own code: a Python warning raised in the hook (with the source line
+# Python prints under it), one torch raised from the profiler's C++ code while the hook's thread
+# ran, and torch's C++ warnings naming the hook, one of them on two lines.
+HOOK_FILE = b"/tmp/pd/hook/perfdiag/collector/hook/__init__.py"
+PERFDIAG_WARNINGS = [
+    HOOK_FILE + b":496: ResourceWarning: unclosed file <_io.TextIOWrapper name=3>\n"
+    b"  spool.write_json_atomic(self.rank_dir / spool.HEARTBEAT, beat)\n",
+    HOOK_FILE + b":496: UserWarning: Python replay stack is empty during pop operation! May "
+    b"result in incorrect stack tracing. (Triggered internally at /pytorch/torch/csrc/autograd/"
+    b"profiler_python.cpp:1386.)\n",
+    b"/home/me/train.py:40: UserWarning: Python replay stack is empty during pop operation! "
+    b"(Triggered internally at /pytorch/torch/csrc/autograd/profiler_python.cpp:1386.)\n"
+    b"  loss.backward()\n",
+    b"[rank1]:[W1127 13:21:26.123456789 profiler_python.cpp:1386] Warning: Unexpected exit of\n"
+    b"[rank1]:  perfdiag/collector/hook/__init__.py(473): _write_heartbeat (function operator())\n",
+    b"[W1127 13:21:26.123456789 python_tracer.cpp:77] Warning: frame "
+    b"perfdiag/collector/hook/__init__.py(473): _write_heartbeat exited twice (function pop)\n",
+]
+
+
+def test_warnings_about_perfdiags_own_code_go_to_the_log() -> None:
+    user = b"".join(line + b"\n" for line in USER)
+    mixed = b"".join(
+        line + b"\n" + warning for line, warning in zip(USER, PERFDIAG_WARNINGS * 3, strict=False)
+    ) + b"".join(line + b"\n" for line in USER[len(PERFDIAG_WARNINGS) * 3 :])
+    routed_all = b"".join((PERFDIAG_WARNINGS * 3)[: len(USER)])
+    assert _run([mixed])[:2] == (user, routed_all)
+    for cut in range(1, len(mixed), 7):  # however the reads cut it
+        assert _run([mixed[:cut], mixed[cut:]])[:2] == (user, routed_all), cut
+    assert _run([bytes([byte]) for byte in mixed])[:2] == (user, routed_all)
+
+
+def test_a_warnings_source_line_is_taken_only_when_it_follows() -> None:
+    warning = PERFDIAG_WARNINGS[1]  # no source line under it: the next line is the user's
+    for tail in (b"epoch 2\n", b"[rank0]:epoch 2\n", b" 1/9\r 2/9\r"):
+        assert _run([warning, tail[:1], tail[1:]])[:2] == (tail, warning)
+    assert _run([warning, USDT_STOP + b"\n"])[:2] == (b"", warning + USDT_STOP + b"\n")
+    # Killed right after the source line began: it is the warning's still.
+    source = PERFDIAG_WARNINGS[0]
+    assert _run([source[:-1]])[:2] == (b"", source[:-1])
 
 
 def test_native_log_file_is_made_on_the_first_line(tmp_path: Path) -> None:

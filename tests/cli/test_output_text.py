@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 from perfdiag.local.failure import failed_ranks, training_failed_message
-from perfdiag.local.progress import Progress
+from perfdiag.local.progress import Progress, status_phase
 from perfdiag.local.training import OutputTail
 from perfdiag.local.verdict_text import render_verdict
 
@@ -45,6 +45,70 @@ def test_progress_skips_repeats_and_rate_limits_status() -> None:
     quiet = io.StringIO()
     Progress(quiet, quiet=True)("x")
     assert quiet.getvalue() == ""
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _capture_statuses() -> list[tuple[float, str]]:
+    """(seconds since start, status) as a 4-rank run polls them every 0.2 s: waiting for the
+    ranks, then the window's phases while the steps count on."""
+    messages: list[str] = []
+    for reporting in (0, 0, 2, 4):
+        messages += [f"waiting for 4 ranks to start ({reporting} reporting)…"] * 25
+    for step in range(1, 60):
+        if step < 5:
+            doing = "4 before step 5"
+        elif step < 16:
+            doing = "4 capturing"
+        else:
+            doing = "4 writing the trace"
+        messages += [f"capturing on 4 ranks: 0 done, {doing} (all at step {step})…"] * 5
+    return [(i / 5, message) for i, message in enumerate(messages)]
+
+
+def _printed(progress: Progress, clock: _Clock, polls: list[tuple[float, str]]) -> list[str]:
+    stream = progress.stream
+    assert isinstance(stream, io.StringIO)
+    for at, message in polls:
+        clock.now = 1000.0 + at
+        progress.status(message)
+    return stream.getvalue().splitlines()
+
+
+def test_a_log_gets_a_status_line_per_phase_not_per_count() -> None:
+    clock = _Clock()
+    logged = _printed(Progress(io.StringIO(), clock=clock), clock, _capture_statuses())
+    assert logged == [
+        "perfdiag: waiting for 4 ranks to start (0 reporting)…",
+        "perfdiag: capturing on 4 ranks: 0 done, 4 before step 5 (all at step 1)…",
+        "perfdiag: capturing on 4 ranks: 0 done, 4 capturing (all at step 5)…",
+        "perfdiag: capturing on 4 ranks: 0 done, 4 writing the trace (all at step 16)…",
+        # The same phase for 30 s: said again, so that a log shows perfdiag is alive.
+        "perfdiag: capturing on 4 ranks: 0 done, 4 writing the trace (all at step 46)…",
+    ]
+    # A terminal still sees the counts move (every 2 s at most).
+    clock = _Clock()
+    terminal = Progress(io.StringIO(), clock=clock, terminal=True)
+    shown = _printed(terminal, clock, _capture_statuses())
+    assert len(shown) > 20 and shown[:2] == [
+        "perfdiag: waiting for 4 ranks to start (0 reporting)…",
+        "perfdiag: waiting for 4 ranks to start (2 reporting)…",
+    ]
+
+
+def test_status_phase_ignores_counts_and_details() -> None:
+    assert status_phase("capturing on 4 ranks: 1 done, 3 capturing (rank 0: 7, rank 1: 8)…") == (
+        status_phase("capturing on 8 ranks: 0 done, 8 capturing (all at step 12)…")
+    )
+    assert status_phase("watching for a 10% slowdown: step 130, mean step 15.9 ms…") != (
+        status_phase("watching for a 10% slowdown: step 12, the baseline needs 50 steps…")
+    )
 
 
 def test_output_tail_keeps_the_last_lines_across_chunks() -> None:

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from perfdiag.api import taxonomy
 from perfdiag.api.limits import MAX_STEP
 from perfdiag.api.schema import EVENTS_SCHEMA
+from perfdiag.engine.kineto.own_events import OWN_TIME_CAT, without_own_events
 from perfdiag.engine.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, dtype_bytes
 
 _PROFILER_STEP = r"^ProfilerStep#(?P<n>\d+)$"
@@ -109,10 +110,12 @@ def build_events(
 
     Keeps the events that overlap the window (an event running into it matters to the critical
     path); `step` is the window step containing the event's start, -1 outside. `extra` holds
-    more events in RAW_SCHEMA (the hook's GC records)."""
+    more events in RAW_SCHEMA (the hook's GC records). perfdiag's own activity is left out
+    (perfdiag.engine.kineto.own_events)."""
     events = raw.events
     if extra is not None and extra.num_rows:
         events = pa.concat_tables([events, extra.cast(RAW_SCHEMA)])
+    events, own = without_own_events(events)
     # Bookkeeping events carry a label as pid ("Spans", "Traces"): not activity of the worker.
     valid = pc.and_(pc.is_valid(events["pid"]), pc.is_valid(events["tid"]))
     events = events.append_column("seq", _collective_sequence(events, valid))
@@ -120,11 +123,14 @@ def build_events(
     ts = events["ts_ns"]
     end = pc.add(ts, events["dur_ns"])
     inside = pc.and_(pc.less(ts, w1), pc.or_(pc.greater(end, w0), pc.greater_equal(ts, w0)))
-    events = events.filter(pc.and_(valid, inside))  # one filter: one copy of the names
+    kept = pc.and_(valid, inside)
+    if own.any():
+        kept = pc.and_(kept, pa.array(~own))
+    events = events.filter(kept)  # one filter: one copy of the names
 
     cat = taxonomy.distinct(events["cat"])
     name = taxonomy.distinct(events["name"])
-    category = taxonomy.categorize(cat, name)
+    category = _own_time_idle_class(cat, taxonomy.categorize(cat, name))
     on_device = pa.array(taxonomy.is_device(cat))
     null_int = pa.scalar(None, pa.int64())
     device = pc.if_else(on_device, pc.coalesce(events["arg_device"], events["pid"]), null_int)
@@ -158,6 +164,15 @@ def build_events(
     )
     taxonomy.keep_answers_for(built)  # the raw trace's columns can go
     return built
+
+
+def _own_time_idle_class(cat: taxonomy.Distinct, category: pa.Array) -> pa.Array:
+    """perfdiag's own time (own_events) ranks lowest on the critical path, with Python frames
+    and user ranges' self time ("annotation"): where it wins, the summary counts it as idle."""
+    own = cat.mask(np.array([c == OWN_TIME_CAT for c in cat.values.to_pylist()], dtype=bool))
+    if not own.any():
+        return category
+    return pc.if_else(pa.array(own), pa.scalar("annotation"), category)
 
 
 def _collectives(events: pa.Table, name: taxonomy.Distinct, is_comm: pa.Array) -> pa.Array:
