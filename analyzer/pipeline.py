@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ from perfdiag.analyzer.findings.reported import (
     slow_worker_findings,
 )
 from perfdiag.analyzer.findings.rules import check_expected_ranges
+from perfdiag.analyzer.findings.slow_worker import SlowWorker
 from perfdiag.analyzer.findings.throttle import HardwareReader, with_throttle_reasons
 from perfdiag.analyzer.load.capture import Capture, load_capture
 from perfdiag.analyzer.load.workers import account_workers
@@ -118,7 +120,9 @@ def analyze_capture(
     capture.notes.extend(c.describe() for c in fusion.contended)
     capture.notes.extend(fusion.contended_notes)
     if read_events is not None:
-        _name_user_frames(fusion, features, groups, capture.metas, read_events, capture.notes)
+        fusion = _name_user_frames(
+            fusion, features, groups, capture.metas, read_events, capture.notes
+        )
     note = host_note(host) if host is not None else None
     if note is not None:
         capture.notes.insert(0, note)
@@ -197,48 +201,68 @@ def _name_user_frames(
     metas: dict[int, WorkerMeta],
     read_events: EventsReader,
     notes: list[str],
-) -> None:
-    """The user's frame behind each culprit's excess (analyzer/signals/user_frame.py): the frame whose
-    inclusive time exceeds a typical peer's by most of the excess, else, for a Python
-    contributor that is not the user's code, the frame inside or around it."""
+) -> Fusion:
+    """The fusion with the user's frame behind each culprit's excess (analyzer/signals/
+    user_frame.py): the frame whose inclusive time exceeds a typical peer's by most of the
+    excess, else, for a Python contributor that is not the user's code, the frame inside or
+    around it."""
     named = {w.position for w in fusion.slow}
+    return replace(
+        fusion,
+        slow=[
+            _with_user_frame(worker, features, groups, metas, read_events, named, notes)
+            for worker in fusion.slow
+        ],
+    )
+
+
+def _with_user_frame(
+    worker: SlowWorker,
+    features: Features,
+    groups: PeerGroups,
+    metas: dict[int, WorkerMeta],
+    read_events: EventsReader,
+    named: set[int],
+    notes: list[str],
+) -> SlowWorker:
+    top = worker.top
+    if top is None or top.category not in USER_FRAME_CATEGORIES | {"host"}:
+        return worker
+    events = read_events(worker.rank)
+    if events is None:
+        return worker
     nw = features.non_wait_index
-    for worker in fusion.slow:
-        top = worker.top
-        if top is None or top.category not in USER_FRAME_CATEGORIES | {"host"}:
-            continue
-        events = read_events(worker.rank)
-        if events is None:
-            continue
-        peers = [int(p) for p in groups.members(worker.group).tolist() if p not in named]
-        try:
-            if peers:
-                # A typical peer: the median one by time outside communication.
-                peer = peers[int(np.argsort(features.ms[peers, nw])[len(peers) // 2])]
-                peer_rank = int(features.ranks[peer])
-                peer_events = read_events(peer_rank)
-                if peer_events is not None:
-                    # Frames hold wall time: held against the rank's extra own time in wall
-                    # time too (its excess may count extra computation at a busy host's toll).
-                    own = worker.non_wait_ms - worker.peers_non_wait_ms
-                    worker.user_function = excess_frame(
-                        events,
-                        metas[worker.rank].window.steps,
-                        peer_events,
-                        metas[peer_rank].window.steps,
-                        min(worker.excess_ms, own) if own > 0 else worker.excess_ms,
-                        worker.step_ms,
-                    )
-            if (
-                worker.user_function is None
-                and top.function is not None
-                and top.category in ("python", "dataloader", "gc")
-                and not is_user_frame(top.function)
-            ):
-                enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
-                worker.user_function = user_frame(events, top.function, enclosing=enclosing)
-        except (pa.ArrowException, KeyError, ValueError) as exc:
-            notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
+    peers = [int(p) for p in groups.members(worker.group).tolist() if p not in named]
+    found: str | None = None
+    try:
+        if peers:
+            # A typical peer: the median one by time outside communication.
+            peer = peers[int(np.argsort(features.ms[peers, nw])[len(peers) // 2])]
+            peer_rank = int(features.ranks[peer])
+            peer_events = read_events(peer_rank)
+            if peer_events is not None:
+                # Frames hold wall time: held against the rank's extra own time in wall
+                # time too (its excess may count extra computation at a busy host's toll).
+                own = worker.own_excess_ms
+                found = excess_frame(
+                    events,
+                    metas[worker.rank].window.steps,
+                    peer_events,
+                    metas[peer_rank].window.steps,
+                    min(worker.excess_ms, own) if own > 0 else worker.excess_ms,
+                    worker.step_ms,
+                )
+        if (
+            found is None
+            and top.function is not None
+            and top.category in ("python", "dataloader", "gc")
+            and not is_user_frame(top.function)
+        ):
+            enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
+            found = user_frame(events, top.function, enclosing=enclosing)
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
+    return replace(worker, user_function=found)
 
 
 def _culprits(

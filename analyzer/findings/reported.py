@@ -19,9 +19,10 @@ from perfdiag.analyzer.compare.features import (
     is_named_function,
 )
 from perfdiag.analyzer.compare.peers import PeerGroups
-from perfdiag.analyzer.findings.fusion import Contributor, Fusion, SlowWorker
+from perfdiag.analyzer.findings.fusion import Fusion
 from perfdiag.analyzer.findings.kernel_growth import GPU_CATEGORIES, KernelGrowth, grown_kernels
 from perfdiag.analyzer.findings.rules import RangeViolation
+from perfdiag.analyzer.findings.slow_worker import Contributor, SlowWorker
 from perfdiag.analyzer.load.workers import WorkerAccount
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.analyzer.text import (

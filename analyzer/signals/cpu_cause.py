@@ -14,12 +14,18 @@ Compared with its peers (deltas of medians, ms per step), this says why a rank i
 | starved | the rank waits for a CPU while its peers get one (a noisy neighbour, fewer cores) | host |
 | contended | only run-queue wait, on a host where every rank waits: chance, no rank is named | – |
 | device | the rank's GPU kernels and copies hold at least half its excess: whatever its threads did meanwhile (a training thread asleep in a synchronize, a gloo thread spinning in a device-to-host copy) was waiting for its own GPU | the contributors' (gpu_compute, gpu_memory) |
+
+Every rule reads one rank beside its peers (`PeerCpu`). `explain_excess` decides the cause of a
+suspect's excess (with its extra computation step by step, `cpu_work_excess`, where its
+functions' excess is mostly waiting for a CPU); `held_back` decides whether the host held back
+a rank whose own time does not stand out. A throttling quota comes first in both (`_throttled`).
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -175,6 +181,97 @@ def peer_median(values: NDArray[np.float64], peers: NDArray[np.int64]) -> float:
         return float(np.nanmedian(values[peers])) if len(peers) else float("nan")
 
 
+@dataclass(frozen=True, eq=False)
+class PeerCpu:
+    """One rank's CPU accounting beside its peers', with the threshold that makes a difference
+    material: what every rule of this module reads."""
+
+    cpu: RankCpu
+    position: int
+    """The rank's row in `cpu` (Features.ranks order)."""
+    peers: NDArray[np.int64]
+    """Its peers' rows, itself left out."""
+    material_ms: float
+
+    @classmethod
+    def of(
+        cls, cpu: RankCpu, position: int, peers: NDArray[np.int64], material_ms: float
+    ) -> PeerCpu:
+        """`peers` may hold the rank itself: it is left out."""
+        return cls(cpu, position, peers[peers != position], material_ms)
+
+    def median(self, values: NDArray[np.float64]) -> float:
+        return peer_median(values, self.peers)
+
+    def delta(self, values: NDArray[np.float64]) -> float:
+        """The rank's value less its peers' median (0 where either is unknown)."""
+        d = float(values[self.position]) - self.median(values)
+        return d if np.isfinite(d) else 0.0
+
+    @cached_property
+    def dilation(self) -> float:
+        """How much wall time a ms of extra computation costs the rank on its host: 1 / the run
+        share of the group (on a busy host each ms on a CPU brings its share of waiting for
+        one), at most 4. The group's median share, not the rank's own: which rank waits longer
+        than the others is chance, and a rank is never named for that."""
+        share = peer_median(self.cpu.run_share, np.r_[self.peers, self.position])
+        return 1.0 / min(max(share, 0.25), 1.0) if np.isfinite(share) else 1.0
+
+    def evidence(self) -> dict[str, Any]:
+        cpu, i = self.cpu, self.position
+
+        def pair(values: NDArray[np.float64]) -> dict[str, float | None]:
+            own, ref = float(values[i]), self.median(values)
+            return {
+                "rank": round(own, 3) if np.isfinite(own) else None,
+                "peers_median": round(ref, 3) if np.isfinite(ref) else None,
+            }
+
+        evidence: dict[str, Any] = {
+            "on_cpu_ms_per_step": pair(cpu.on_cpu),
+            "cpu_wait_ms_per_step": pair(cpu.cpu_wait),
+            "off_cpu_ms_per_step": pair(cpu.off_cpu),
+            "other_threads_cpu_ms_per_step": pair(cpu.other_threads),
+            **(
+                {"torch_threads_cpu_ms_per_step": pair(cpu.torch_threads)}
+                if cpu.torch_threads is not None
+                else {}
+            ),
+            "throttled_ms_per_step": pair(cpu.throttled),
+            "run_share": pair(cpu.run_share),
+            "threads": pair(cpu.threads),
+        }
+        if cpu.children_cpu is not None and cpu.children_wait is not None:
+            evidence["children_cpu_ms_per_step"] = pair(cpu.children_cpu)
+            evidence["children_wait_ms_per_step"] = pair(cpu.children_wait)
+        if np.isfinite(cpu.quota_cores[i]):
+            evidence["cpu_quota_cores"] = round(float(cpu.quota_cores[i]), 3)
+        if cpu.host_runnable is not None:
+            evidence["host_runnable_threads"] = cpu.host_runnable
+            evidence["host_cores"] = cpu.host_cores
+        return evidence
+
+    def thread_count(self) -> str:
+        threads = self.cpu.threads[self.position]
+        return f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+
+
+@dataclass(frozen=True)
+class CpuWork:
+    """A rank whose training thread computes longer than its peers', step by step."""
+
+    excess_ms: float
+    """Its extra on-CPU time per step over its peers' (per-step median), times its dilation."""
+    on_cpu_ms: float
+    peers_on_cpu_ms: float
+    steps_shown: int
+    """Steps in which the extra reaches half the materiality threshold."""
+    steps: int
+    steady_ratio: float = float("nan")
+    """Its on-CPU time over its peers' median in the same step, in the steps at its lower
+    quartile: what it keeps in three steps of four."""
+
+
 @dataclass(frozen=True)
 class CpuCause:
     kind: CauseKind
@@ -186,68 +283,37 @@ class CpuCause:
     own_ms: float | None = None
     """What the CPU accounting backs of the excess (work, blocked, threads): the rank's extra
     computation times its dilation, its material extra off-CPU time, its busy threads' CPU."""
-
-
-def _evidence(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> dict[str, Any]:
-    def pair(values: NDArray[np.float64]) -> dict[str, float | None]:
-        own, ref = float(values[i]), peer_median(values, peers)
-        return {
-            "rank": round(own, 3) if np.isfinite(own) else None,
-            "peers_median": round(ref, 3) if np.isfinite(ref) else None,
-        }
-
-    evidence: dict[str, Any] = {
-        "on_cpu_ms_per_step": pair(cpu.on_cpu),
-        "cpu_wait_ms_per_step": pair(cpu.cpu_wait),
-        "off_cpu_ms_per_step": pair(cpu.off_cpu),
-        "other_threads_cpu_ms_per_step": pair(cpu.other_threads),
-        **(
-            {"torch_threads_cpu_ms_per_step": pair(cpu.torch_threads)}
-            if cpu.torch_threads is not None
-            else {}
-        ),
-        "throttled_ms_per_step": pair(cpu.throttled),
-        "run_share": pair(cpu.run_share),
-        "threads": pair(cpu.threads),
-    }
-    if cpu.children_cpu is not None and cpu.children_wait is not None:
-        evidence["children_cpu_ms_per_step"] = pair(cpu.children_cpu)
-        evidence["children_wait_ms_per_step"] = pair(cpu.children_wait)
-    if np.isfinite(cpu.quota_cores[i]):
-        evidence["cpu_quota_cores"] = round(float(cpu.quota_cores[i]), 3)
-    if cpu.host_runnable is not None:
-        evidence["host_runnable_threads"] = cpu.host_runnable
-        evidence["host_cores"] = cpu.host_cores
-    return evidence
-
-
-def _delta(values: NDArray[np.float64], i: int, peers: NDArray[np.int64]) -> float:
-    d = float(values[i]) - peer_median(values, peers)
-    return d if np.isfinite(d) else 0.0
+    work: CpuWork | None = None
+    """The rank's extra computation step by step, when the cause is of it alone: its functions'
+    excess was mostly waiting for a CPU, and `excess_ms` is this work's."""
 
 
 def explain_excess(
-    cpu: RankCpu,
-    i: int,
-    peers: NDArray[np.int64],
-    excess_ms: float,
-    material_ms: float,
-    gpu_ms: float = 0.0,
+    against: PeerCpu, excess_ms: float, gpu_ms: float = 0.0, work: CpuWork | None = None
 ) -> CpuCause:
-    """Why rank `i` spends `excess_ms` of own time more than its peers; `gpu_ms`: how much of
-    it is GPU time (its kernels and copies, GPU_WORK) beyond its peers'."""
-    peers = peers[peers != i]
-    d_main = _delta(cpu.on_cpu, i, peers)
+    """Why the rank spends `excess_ms` of own time more than its peers; `gpu_ms`: how much of
+    it is GPU time (its kernels and copies, GPU_WORK) beyond its peers'. `work`: its extra
+    computation step by step (`cpu_work_excess`), which the rank is named for, and only that,
+    when its functions' excess is mostly waiting for a CPU."""
+    cause = _cause_of_excess(against, excess_ms, gpu_ms)
+    if cause.kind == "contended" and work is not None:
+        return replace(_cause_of_excess(against, work.excess_ms, gpu_ms), work=work)
+    return cause
+
+
+def _cause_of_excess(against: PeerCpu, excess_ms: float, gpu_ms: float) -> CpuCause:
+    cpu, material_ms = against.cpu, against.material_ms
+    d_main = against.delta(cpu.on_cpu)
     # PyTorch's own threads computing more (a backward that recomputes its forward, larger
     # shapes on the autograd engine's device thread) is the rank computing more.
-    d_torch = _delta(cpu.torch_threads, i, peers) if cpu.torch_threads is not None else 0.0
+    d_torch = against.delta(cpu.torch_threads) if cpu.torch_threads is not None else 0.0
     d_run = d_main + max(d_torch, 0.0)
-    d_off = _delta(cpu.off_cpu, i, peers)
-    d_other = _delta(cpu.other_threads, i, peers)
-    evidence = _evidence(cpu, i, peers)
-    held = held_back(cpu, i, peers, material_ms)
-    if held is not None and held.kind == "throttled":
-        return CpuCause("throttled", excess_ms, held.evidence, held.sentence)
+    d_off = against.delta(cpu.off_cpu)
+    d_other = against.delta(cpu.other_threads)
+    evidence = against.evidence()
+    throttled = _throttled(against, material_ms)
+    if throttled is not None:
+        return replace(throttled, excess_ms=excess_ms)
     if gpu_ms >= material_ms and gpu_ms >= 0.5 * excess_ms:
         # Kernel and copy times are the GPU's own clock: no CPU share dilates them. While the
         # GPU runs them, the training thread sleeps in a synchronize and a communication
@@ -266,7 +332,7 @@ def explain_excess(
     # rank computed or blocked is run-queue wait, which names no rank. Extra computation on a
     # busy host brings its own share of waiting (1 / run share), which is the rank's doing;
     # off-CPU time is derived (step less the rest), so only a material amount of it counts.
-    dilation = _dilation(cpu, i, peers)
+    dilation = against.dilation
     blocked = d_off if d_off >= material_ms else 0.0
     own = max(d_run, 0.0) * dilation + blocked + (d_other if busy_threads else 0.0)
     if own < material_ms or own < 0.5 * excess_ms:
@@ -280,17 +346,17 @@ def explain_excess(
             "which rank waits longest is chance on a busy host; not named",
         )
     if busy_threads and d_other >= 0.5 * excess_ms and d_other > max(d_off, d_run):
-        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             excess_ms,
             evidence,
             f"threads other than its training thread used {d_other:.1f} ms/step of CPU more "
-            f"than its peers'{count}: they hold the GIL or the cores the training thread needs",
+            f"than its peers'{against.thread_count()}: they hold the GIL or the cores the "
+            "training thread needs",
             own,
         )
     if d_off >= 0.5 * excess_ms and d_off > d_run * dilation:
-        waited = _children_waited(cpu, i, peers, d_off)
+        waited = _children_waited(against, d_off)
         if waited is not None:
             return CpuCause("contended", excess_ms, evidence, waited)
         return CpuCause(
@@ -299,7 +365,7 @@ def explain_excess(
             evidence,
             f"its training thread was blocked (off-CPU: sleeping, I/O, a lock or a queue) "
             f"{d_off:.1f} ms/step longer than its peers', not computing"
-            + _children_computed(cpu, i, peers),
+            + _children_computed(against),
             own,
         )
     by_torch = (
@@ -325,29 +391,31 @@ work per batch (within 1% of each other in the fault suite), and a slow worker d
 times theirs, whatever the host's load makes of the step time."""
 
 
-def _children_extra_cpu(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> float:
-    """Rank i's child processes' CPU time per step over its peers' median, when it is more
+def _children_extra_cpu(against: PeerCpu) -> float:
+    """The rank's child processes' CPU time per step over its peers' median, when it is more
     than theirs (0 otherwise, or without children samples)."""
-    if cpu.children_cpu is None:
+    children_cpu = against.cpu.children_cpu
+    if children_cpu is None:
         return 0.0
-    extra = _delta(cpu.children_cpu, i, peers)
-    reference = peer_median(cpu.children_cpu, peers)
+    extra = against.delta(children_cpu)
+    reference = against.median(children_cpu)
     if extra < 0.5 or extra < (CHILDREN_MORE_RATIO - 1.0) * reference:
         return 0.0
     return extra
 
 
-def _children_waited(cpu: RankCpu, i: int, peers: NDArray[np.int64], d_off: float) -> str | None:
+def _children_waited(against: PeerCpu, d_off: float) -> str | None:
     """Why a rank blocked longer than its peers is not named: its child processes (DataLoader
     workers, whose batches it waits for) waited for a CPU at least half that much longer,
     without computing more than its peers' children. Which process waits for a CPU longest
     is chance on a busy host. None otherwise, or without children samples."""
+    cpu = against.cpu
     if cpu.children_cpu is None or cpu.children_wait is None:
         return None
-    d_child_wait = _delta(cpu.children_wait, i, peers)
-    if d_child_wait < 0.5 * d_off or _children_extra_cpu(cpu, i, peers) > 0:
+    d_child_wait = against.delta(cpu.children_wait)
+    if d_child_wait < 0.5 * d_off or _children_extra_cpu(against) > 0:
         return None
-    d_child_run = _delta(cpu.children_cpu, i, peers)
+    d_child_run = against.delta(cpu.children_cpu)
     return (
         f"its training thread was blocked {d_off:.1f} ms/step longer than its peers', waiting "
         f"for its child processes (DataLoader workers), which waited {d_child_wait:.1f} ms/step "
@@ -356,40 +424,15 @@ def _children_waited(cpu: RankCpu, i: int, peers: NDArray[np.int64], d_off: floa
     )
 
 
-def _children_computed(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> str:
+def _children_computed(against: PeerCpu) -> str:
     """What its child processes computed more than its peers', when they did."""
-    extra = _children_extra_cpu(cpu, i, peers)
+    extra = _children_extra_cpu(against)
     if not extra:
         return ""
     return (
         f"; its child processes (DataLoader workers) computed {extra:.1f} ms/step longer "
         "than its peers'"
     )
-
-
-def _dilation(cpu: RankCpu, i: int, peers: NDArray[np.int64]) -> float:
-    """How much wall time a ms of extra computation costs the rank on its host: 1 / the run
-    share of the group (on a busy host each ms on a CPU brings its share of waiting for one),
-    at most 4. The group's median share, not the rank's own: which rank waits longer than the
-    others is chance, and a rank is never named for that."""
-    share = peer_median(cpu.run_share, np.r_[peers[peers != i], i])
-    return 1.0 / min(max(share, 0.25), 1.0) if np.isfinite(share) else 1.0
-
-
-@dataclass(frozen=True)
-class CpuWork:
-    """A rank whose training thread computes longer than its peers', step by step."""
-
-    excess_ms: float
-    """Its extra on-CPU time per step over its peers' (per-step median), times its dilation."""
-    on_cpu_ms: float
-    peers_on_cpu_ms: float
-    steps_shown: int
-    """Steps in which the extra reaches half the materiality threshold."""
-    steps: int
-    steady_ratio: float = float("nan")
-    """Its on-CPU time over its peers' median in the same step, in the steps at its lower
-    quartile: what it keeps in three steps of four."""
 
 
 MIN_CPU_RATIO = 1.1
@@ -399,15 +442,12 @@ MIN_SHOWN_SHARE = 0.2
 """A recurring excess (every few steps) shows in at least this share of the steps, and in two."""
 
 
-def cpu_work_excess(
-    cpu: RankCpu, i: int, peers: NDArray[np.int64], material_ms: float
-) -> CpuWork | None:
-    """Rank `i`'s extra computation on its training thread, step by step against the median of
+def cpu_work_excess(against: PeerCpu) -> CpuWork | None:
+    """The rank's extra computation on its training thread, step by step against the median of
     its peers in the same step, when the hook's exact per-step counters are there: on-CPU time
     is the rank's own, whatever the host's run queue does, so this finds extra work a busy host
     hides in the functions' wall times. None when it is not material or not recurring."""
-    rows = cpu.on_cpu_steps
-    peers = peers[peers != i]
+    rows, i, peers = against.cpu.on_cpu_steps, against.position, against.peers
     if rows is None or not len(peers):
         return None
     inner = rows[:, 1:-1] if rows.shape[1] >= EDGE_STEPS_FROM else rows
@@ -419,17 +459,16 @@ def cpu_work_excess(
     if valid.sum() < 2:
         return None
     own, ref = own[valid], ref[valid]
-    dilation = _dilation(cpu, i, peers)
-    extra = (own - ref) * dilation
+    extra = (own - ref) * against.dilation
     excess = float(np.mean(extra))
     if float(np.mean(own - ref)) < _peers_step_noise(inner[:, valid], peers, i):
         # Work that moves from rank to rank step by step (uneven inputs): this rank's surplus
         # is no larger than any peer's swing from step to step. Imbalance judges that.
         return None
-    shown = int(np.sum(extra >= 0.5 * material_ms))
+    shown = int(np.sum(extra >= 0.5 * against.material_ms))
     ratio = float(np.mean(own) / np.mean(ref)) if np.mean(ref) > 0 else float("inf")
     if (
-        excess < material_ms
+        excess < against.material_ms
         or ratio < MIN_CPU_RATIO
         or shown < max(2, int(np.ceil(MIN_SHOWN_SHARE * len(extra))))
     ):
@@ -454,62 +493,45 @@ def _peers_step_noise(rows: NDArray[np.float64], peers: NDArray[np.int64], i: in
     return float(np.median(finite)) if finite else 0.0
 
 
-def held_back(
-    cpu: RankCpu,
-    i: int,
-    peers: NDArray[np.int64],
-    material_ms: float,
-    throttled_material_ms: float | None = None,
-) -> CpuCause | None:
+def held_back(against: PeerCpu, throttled_material_ms: float | None = None) -> CpuCause | None:
     """A rank held back by the host (a CPU quota, a CPU taken by others) rather than its own
     work; None when it is not, or when every rank waits alike (chance on a busy host).
     `throttled_material_ms`: the materiality of throttled time (default `material_ms`)."""
-    peers = peers[peers != i]
-    if not len(peers):
+    if not len(against.peers):
         return None
-    d_throttled = _delta(cpu.throttled, i, peers)
-    d_wait = _delta(cpu.cpu_wait, i, peers)
-    evidence = _evidence(cpu, i, peers)
-    if d_throttled >= (material_ms if throttled_material_ms is None else throttled_material_ms):
-        quota = cpu.quota_cores[i]
-        limit = f" (a limit of {quota:.2f} CPU)" if np.isfinite(quota) else ""
-        return CpuCause(
-            "throttled",
-            max(d_throttled, d_wait),
-            evidence,
-            f"its CPU quota{limit} throttled it {cpu.throttled[i]:.1f} ms/step (peers "
-            f"{peer_median(cpu.throttled, peers):.1f}); it ran "
-            f"{_pct(cpu.run_share[i])} of its runnable time, its peers "
-            f"{_pct(peer_median(cpu.run_share, peers))}",
-        )
-    d_other = _delta(cpu.other_threads, i, peers)
+    cpu, i, material_ms = against.cpu, against.position, against.material_ms
+    throttled = _throttled(
+        against, material_ms if throttled_material_ms is None else throttled_material_ms
+    )
+    if throttled is not None:
+        return throttled
+    d_wait = against.delta(cpu.cpu_wait)
+    d_other = against.delta(cpu.other_threads)
     if d_other >= BUSY_THREADS_FACTOR * material_ms and d_wait >= material_ms:
-        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             d_wait,
-            evidence,
-            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'{count}, "
-            f"and its training thread waited {d_wait:.1f} ms/step longer for a CPU: its own "
-            "threads take the cores it needs",
+            against.evidence(),
+            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'"
+            f"{against.thread_count()}, and its training thread waited {d_wait:.1f} ms/step "
+            "longer for a CPU: its own threads take the cores it needs",
         )
     if d_other >= BUSY_THREADS_FACTOR * material_ms and cpu.host_load[i] > 1.0 and cpu.host_cores:
         # On a host with more runnable threads than cores, the CPU its extra threads burn is
         # taken from every rank on it, its own training thread no more than the others: the
         # job loses about that CPU spread over the cores.
-        count = _thread_count(cpu, i)
         return CpuCause(
             "threads",
             d_other / cpu.host_cores,
-            evidence,
-            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'{count} "
-            f"on a host with {cpu.host_runnable or 0:.1f} runnable threads on {cpu.host_cores} "
-            "cores: they take CPU time from every rank there",
+            against.evidence(),
+            f"its other threads used {d_other:.1f} ms/step of CPU more than its peers'"
+            f"{against.thread_count()} on a host with {cpu.host_runnable or 0:.1f} runnable "
+            f"threads on {cpu.host_cores} cores: they take CPU time from every rank there",
         )
-    peers_share = peer_median(cpu.run_share, peers)
+    peers_share = against.median(cpu.run_share)
     # Starved by its host: the rank's host has more runnable threads than cores while its peers'
     # hosts do not. On a host the rank shares with its peers, which of them waits is chance.
-    own_host_busy = bool(cpu.host_load[i] > 1.0) and not peer_median(cpu.host_load, peers) > 1.0
+    own_host_busy = bool(cpu.host_load[i] > 1.0) and not against.median(cpu.host_load) > 1.0
     if (
         d_wait >= material_ms
         and own_host_busy
@@ -519,7 +541,7 @@ def held_back(
         return CpuCause(
             "starved",
             d_wait,
-            evidence,
+            against.evidence(),
             f"it waited {d_wait:.1f} ms/step longer than its peers for a CPU: it ran "
             f"{_pct(cpu.run_share[i])} of its runnable time, its peers {_pct(peers_share)} "
             "(another process on its cores, or fewer cores)",
@@ -527,9 +549,26 @@ def held_back(
     return None
 
 
-def _thread_count(cpu: RankCpu, i: int) -> str:
-    threads = cpu.threads[i]
-    return f" ({int(threads)} threads)" if np.isfinite(threads) else ""
+def _throttled(against: PeerCpu, material_ms: float) -> CpuCause | None:
+    """The cgroup's CPU quota held the rank back by at least `material_ms` a step more than its
+    peers: the first cause of a rank, whatever else it did."""
+    if not len(against.peers):
+        return None
+    cpu, i = against.cpu, against.position
+    d_throttled = against.delta(cpu.throttled)
+    if d_throttled < material_ms:
+        return None
+    quota = cpu.quota_cores[i]
+    limit = f" (a limit of {quota:.2f} CPU)" if np.isfinite(quota) else ""
+    return CpuCause(
+        "throttled",
+        max(d_throttled, against.delta(cpu.cpu_wait)),
+        against.evidence(),
+        f"its CPU quota{limit} throttled it {cpu.throttled[i]:.1f} ms/step (peers "
+        f"{against.median(cpu.throttled):.1f}); it ran "
+        f"{_pct(cpu.run_share[i])} of its runnable time, its peers "
+        f"{_pct(against.median(cpu.run_share))}",
+    )
 
 
 def _pct(x: float) -> str:

@@ -5,11 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfdiag.analyzer.signals.cpu_cause import RankCpu, explain_excess, held_back, host_note
+from perfdiag.analyzer.signals.cpu_cause import (
+    CpuWork,
+    PeerCpu,
+    RankCpu,
+    cpu_work_excess,
+    explain_excess,
+    held_back,
+    host_note,
+)
 
 PEERS = np.arange(4)
 STEP = 40.0
 MATERIAL = 0.05 * STEP
+
+
+def beside_peers(rank_cpu: RankCpu, i: int = 2, material_ms: float = MATERIAL) -> PeerCpu:
+    """Rank `i`'s CPU accounting beside the other three's."""
+    return PeerCpu.of(rank_cpu, i, PEERS, material_ms)
 
 
 def cpu(**changes: list[float]) -> RankCpu:
@@ -35,13 +48,13 @@ def cpu(**changes: list[float]) -> RankCpu:
 
 
 def test_extra_computation_is_work() -> None:
-    cause = explain_excess(cpu(on_cpu=[8.0, 8.1, 20.0, 8.0]), 2, PEERS, 12.0, MATERIAL)
+    cause = explain_excess(beside_peers(cpu(on_cpu=[8.0, 8.1, 20.0, 8.0])), 12.0)
     assert cause.kind == "work"
     assert cause.evidence["on_cpu_ms_per_step"] == {"rank": 20.0, "peers_median": 8.0}
 
 
 def test_sleeping_in_user_code_is_blocked_not_work() -> None:
-    cause = explain_excess(cpu(off_cpu=[0.2, 0.1, 20.3, 0.2]), 2, PEERS, 20.0, MATERIAL)
+    cause = explain_excess(beside_peers(cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])), 20.0)
     assert cause.kind == "blocked"
     assert "off-CPU" in cause.sentence and "not computing" in cause.sentence
 
@@ -57,7 +70,7 @@ def test_blocked_on_data_loader_workers_that_waited_for_a_cpu_is_not_named() -> 
     the peers' workers: the rank waited for its batches by chance."""
     blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
     waited = with_children(blocked, [9.0, 9.2, 9.1, 8.9], [2.0, 1.8, 25.0, 2.1])
-    cause = explain_excess(waited, 2, PEERS, 20.0, MATERIAL)
+    cause = explain_excess(beside_peers(waited), 20.0)
     assert cause.kind == "contended"
     assert "DataLoader workers" in cause.sentence and "not named" in cause.sentence
     assert cause.evidence["children_wait_ms_per_step"] == {"rank": 25.0, "peers_median": 2.0}
@@ -66,7 +79,7 @@ def test_blocked_on_data_loader_workers_that_waited_for_a_cpu_is_not_named() -> 
 def test_blocked_on_data_loader_workers_that_compute_more_is_named() -> None:
     blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
     slow_workers = with_children(blocked, [9.0, 9.2, 30.0, 8.9], [2.0, 1.8, 12.0, 2.1])
-    cause = explain_excess(slow_workers, 2, PEERS, 20.0, MATERIAL)
+    cause = explain_excess(beside_peers(slow_workers), 20.0)
     assert cause.kind == "blocked"
     assert "child processes (DataLoader workers) computed 21.0 ms/step longer" in cause.sentence
 
@@ -76,18 +89,14 @@ def test_a_slow_data_loader_worker_is_named_however_long_a_busy_host_makes_the_s
     CPU time (4.3 ms/step on 2.6): its workers still computed more than its peers'."""
     blocked = cpu(off_cpu=[0.2, 0.1, 20.3, 0.2])
     slow_worker = with_children(blocked, [2.6, 2.6, 6.9, 2.6], [9.0, 8.0, 25.6, 9.5])
-    cause = explain_excess(slow_worker, 2, PEERS, 19.0, 4.5)
+    cause = explain_excess(beside_peers(slow_worker, material_ms=4.5), 19.0)
     assert cause.kind == "blocked"
     assert "child processes (DataLoader workers) computed 4.3 ms/step longer" in cause.sentence
 
 
 def test_a_busy_background_thread_is_threads() -> None:
     cause = explain_excess(
-        cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2]),
-        2,
-        PEERS,
-        9,
-        MATERIAL,
+        beside_peers(cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2])), 9
     )
     assert cause.kind == "threads"
 
@@ -97,8 +106,8 @@ def test_a_rank_waiting_for_its_own_gpu_work_is_named_for_the_gpu_not_its_thread
     its kernels ran, its training thread slept in a synchronize and gloo's thread spun in the
     device-to-host copy of the gradients, 59 ms/step of CPU more than its peer's."""
     waiting = cpu(other_threads=[2.0, 2.2, 61.0, 2.1], off_cpu=[0.2, 0.1, 30.6, 0.2])
-    assert explain_excess(waiting, 2, PEERS, 31.5, MATERIAL).kind == "threads"
-    cause = explain_excess(waiting, 2, PEERS, 31.5, MATERIAL, gpu_ms=34.0)
+    assert explain_excess(beside_peers(waiting), 31.5).kind == "threads"
+    cause = explain_excess(beside_peers(waiting), 31.5, gpu_ms=34.0)
     assert cause.kind == "device"
     assert "its GPU spent 34.0 ms/step longer" in cause.sentence
     assert cause.evidence["other_threads_cpu_ms_per_step"] == {"rank": 61.0, "peers_median": 2.1}
@@ -106,30 +115,40 @@ def test_a_rank_waiting_for_its_own_gpu_work_is_named_for_the_gpu_not_its_thread
 
 def test_a_little_gpu_time_does_not_explain_a_cpu_cause() -> None:
     busy = cpu(other_threads=[2.0, 2.2, 30.0, 2.1], off_cpu=[0.2, 0.1, 9.0, 0.2])
-    assert explain_excess(busy, 2, PEERS, 9.0, MATERIAL, gpu_ms=3.0).kind == "threads"
-    assert explain_excess(busy, 2, PEERS, 9.0, MATERIAL, gpu_ms=1.0).kind == "threads"
+    assert explain_excess(beside_peers(busy), 9.0, gpu_ms=3.0).kind == "threads"
+    assert explain_excess(beside_peers(busy), 9.0, gpu_ms=1.0).kind == "threads"
 
 
 def test_a_cpu_quota_outranks_gpu_time() -> None:
     held = cpu(throttled=[0.0, 0.0, 30.0, 0.0], cpu_wait=[1.0, 1.1, 31.0, 1.0])
-    assert explain_excess(held, 2, PEERS, 30.0, MATERIAL, gpu_ms=20.0).kind == "throttled"
+    assert explain_excess(beside_peers(held), 30.0, gpu_ms=20.0).kind == "throttled"
+
+
+def test_a_rank_computing_longer_step_by_step_is_named_for_that_work_alone() -> None:
+    """Most of its functions' 12 ms/step more is waiting for a CPU, but its training thread
+    computes longer step by step: the cause is that computation, and carries it."""
+    waiting = cpu(on_cpu=[8.0, 8.1, 12.0, 8.0], cpu_wait=[1.0, 1.1, 13.0, 1.0])
+    assert explain_excess(beside_peers(waiting), 12.0).kind == "contended"
+    work = CpuWork(4.5, 12.0, 8.0, 8, 8, 1.5)
+    cause = explain_excess(beside_peers(waiting), 12.0, work=work)
+    assert cause.kind == "work" and cause.work is work and cause.excess_ms == 4.5
 
 
 def test_other_threads_noise_of_a_few_ms_names_nothing() -> None:
     # gloo's and the profiler's threads differ by ~2 ms between healthy ranks.
-    cause = explain_excess(cpu(other_threads=[2.0, 2.2, 4.0, 2.1]), 2, PEERS, 3.0, MATERIAL)
+    cause = explain_excess(beside_peers(cpu(other_threads=[2.0, 2.2, 4.0, 2.1])), 3.0)
     assert cause.kind == "contended"
 
 
 def test_excess_that_is_only_waiting_for_a_cpu_is_contended() -> None:
-    cause = explain_excess(cpu(cpu_wait=[1.0, 1.1, 9.0, 1.0]), 2, PEERS, 8.0, MATERIAL)
+    cause = explain_excess(beside_peers(cpu(cpu_wait=[1.0, 1.1, 9.0, 1.0])), 8.0)
     assert cause.kind == "contended"
     assert "not named" in cause.sentence
 
 
 def test_a_cpu_quota_holds_the_rank_back() -> None:
     held = held_back(
-        cpu(throttled=[0.0, 0.0, 30.0, 0.0], cpu_wait=[1.0, 1.1, 31.0, 1.0]), 2, PEERS, MATERIAL
+        beside_peers(cpu(throttled=[0.0, 0.0, 30.0, 0.0], cpu_wait=[1.0, 1.1, 31.0, 1.0]))
     )
     assert held is not None and held.kind == "throttled"
     assert held.excess_ms == pytest.approx(30.0)
@@ -140,26 +159,28 @@ def test_throttling_is_weighed_against_the_typical_step_when_given() -> None:
     whole host stalled) put the mean step at 222 ms and 5% of it at 11 ms, above the rank's
     8.9 ms/step of throttling; its median step was 42 ms."""
     quota = cpu(throttled=[0.0, 0.0, 8.9, 0.0], cpu_wait=[6.0, 4.9, 9.6, 8.1])
-    assert held_back(quota, 2, PEERS, 11.1) is None
-    held = held_back(quota, 2, PEERS, 11.1, throttled_material_ms=2.1)
+    assert held_back(beside_peers(quota, material_ms=11.1)) is None
+    held = held_back(beside_peers(quota, material_ms=11.1), throttled_material_ms=2.1)
     assert held is not None and held.kind == "throttled"
     # The typical step's threshold is for throttling only: the same wait names nothing else.
-    assert held_back(cpu(cpu_wait=[6.0, 4.9, 9.6, 8.1]), 2, PEERS, 11.1, 2.1) is None
+    assert (
+        held_back(beside_peers(cpu(cpu_wait=[6.0, 4.9, 9.6, 8.1]), material_ms=11.1), 2.1) is None
+    )
 
 
 def test_waiting_for_a_cpu_on_its_own_busy_host_while_the_peers_get_one_is_starved() -> None:
     starved = cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1], host_load=[0.5, 0.5, 1.5, 0.5])
-    held = held_back(starved, 2, PEERS, MATERIAL)
+    held = held_back(beside_peers(starved))
     assert held is not None and held.kind == "starved"
     # The same wait on the host the peers share: chance, not the rank.
     shared = cpu(cpu_wait=[0.1, 0.2, 12.0, 0.1], host_load=[1.5] * 4)
-    assert held_back(shared, 2, PEERS, MATERIAL) is None
+    assert held_back(beside_peers(shared)) is None
 
 
 def test_waiting_for_a_cpu_where_every_rank_waits_is_chance() -> None:
     # Peers run only ~60% of their runnable time: an oversubscribed host.
     busy = cpu(cpu_wait=[5.0, 5.5, 14.0, 5.2])
-    assert held_back(busy, 2, PEERS, MATERIAL) is None
+    assert held_back(beside_peers(busy)) is None
 
 
 def test_the_host_note_says_runnable_threads_and_cores() -> None:
@@ -206,46 +227,38 @@ def per_step(rows: list[list[float]]) -> RankCpu:
 
 
 def test_a_rank_computing_longer_in_every_step_is_found_on_a_busy_host() -> None:
-    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
-
     rng = np.random.default_rng(1)
     rows = 6.0 + 0.3 * rng.standard_normal((4, 10))
     rows[3] += 2.0  # 2 ms of extra computation a step, every step
-    work = cpu_work_excess(per_step(rows.tolist()), 3, PEERS, MATERIAL)
+    work = cpu_work_excess(beside_peers(per_step(rows.tolist()), 3))
     assert work is not None
     # Half of every rank's time is run-queue wait: each extra ms on a CPU costs two.
     assert work.excess_ms == pytest.approx(4.0, abs=0.6)
     assert work.steps_shown == work.steps == 8
     # Steady: about 8 ms against 6 in three steps of four.
     assert work.steady_ratio == pytest.approx(8.0 / 6.0, abs=0.12)
-    assert cpu_work_excess(per_step(rows.tolist()), 0, PEERS, MATERIAL) is None
+    assert cpu_work_excess(beside_peers(per_step(rows.tolist()), 0)) is None
 
 
 def test_a_rank_stalling_every_third_step_is_found_and_recurring() -> None:
-    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
-
     rows = np.full((4, 10), 6.0)
     rows[2, ::3] += 20.0
-    work = cpu_work_excess(per_step(rows.tolist()), 2, PEERS, MATERIAL)
+    work = cpu_work_excess(beside_peers(per_step(rows.tolist())))
     assert work is not None and work.steps_shown == 2 and work.steps == 8
 
 
 def test_work_that_moves_from_rank_to_rank_names_no_rank() -> None:
     """Uneven inputs: every rank's work swings from step to step; one rank's slightly larger
     mean is no rank's fault (imbalance reports it)."""
-    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
-
     rng = np.random.default_rng(7)
     rows = rng.choice([3.0, 6.0, 12.0, 24.0], size=(4, 10)) * 0.4 + 5.0
     rows[1] += 1.5
-    found = [cpu_work_excess(per_step(rows.tolist()), i, PEERS, MATERIAL) for i in range(4)]
+    found = [cpu_work_excess(beside_peers(per_step(rows.tolist()), i)) for i in range(4)]
     assert found == [None] * 4
 
 
 def test_without_exact_counters_no_rank_is_judged_step_by_step() -> None:
-    from perfdiag.analyzer.signals.cpu_cause import cpu_work_excess
-
-    assert cpu_work_excess(cpu(on_cpu=[8.0, 8.0, 20.0, 8.0]), 2, PEERS, MATERIAL) is None
+    assert cpu_work_excess(beside_peers(cpu(on_cpu=[8.0, 8.0, 20.0, 8.0]))) is None
 
 
 def test_extra_threads_on_an_oversubscribed_host_hold_the_job_back() -> None:
@@ -253,8 +266,8 @@ def test_extra_threads_on_an_oversubscribed_host_hold_the_job_back() -> None:
     than cores: every rank waits for those cores alike, its own training thread no more than the
     others; it is held back for the CPU it takes, spread over the cores."""
     busy = cpu(other_threads=[2.0, 2.2, 32.0, 2.1], host_load=[2.5] * 4)
-    cause = held_back(busy, 2, PEERS, MATERIAL)
+    cause = held_back(beside_peers(busy))
     assert cause is not None and cause.kind == "threads"
     assert cause.excess_ms == pytest.approx(29.9 / 4)  # host_cores=4
     # The same threads on a host with cores to spare take nothing from the others.
-    assert held_back(cpu(other_threads=[2.0, 2.2, 32.0, 2.1]), 2, PEERS, MATERIAL) is None
+    assert held_back(beside_peers(cpu(other_threads=[2.0, 2.2, 32.0, 2.1]))) is None

@@ -1,24 +1,19 @@
 """A rank that computes longer only because the same work ran slower on its CPU is not named
-(analyzer/findings/fusion.py `_stretched`, `_same_calls_slower`)."""
+(analyzer/findings/naming.py `_stretched`, `_same_calls_slower`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-from perfdiag.analyzer.compare.features import (
-    LEVEL_FUNCTION,
-    Features,
-    StepTimes,
-    build_features,
-)
-from perfdiag.analyzer.findings.fusion import (
-    Contributor,
-    SlowWorker,
-    _same_calls_slower,
-    _stretched,
-)
+from perfdiag.analyzer.compare.features import StepTimes, build_features
+from perfdiag.analyzer.compare.outliers import compare_peers
+from perfdiag.analyzer.compare.peers import one_group
+from perfdiag.analyzer.findings.naming import _same_calls_slower, _stretched
+from perfdiag.analyzer.findings.slow_worker import Contributor, SlowWorker
+from perfdiag.analyzer.findings.suspects import PeerContext, Suspect
 from perfdiag.analyzer.signals.cpu_cause import CpuCause, CpuWork
+from perfdiag.api.thresholds import Thresholds
 
 
 def contributor(category: str, excess: float) -> Contributor:
@@ -41,9 +36,8 @@ WORK = CpuCause(
 
 def stretched(rank: SlowWorker, cause: CpuCause, rank1: list[Row] | None = None) -> str | None:
     """`_stretched` for rank 1 of two whose windows hold SAME_CALLS (rank 1: `rank1`)."""
-    features = features_of({0: SAME_CALLS, 1: rank1 if rank1 is not None else SLOWER_CALLS})
-    functions = features.level == LEVEL_FUNCTION
-    return _stretched(rank, cause, features, functions, 1, np.arange(2))
+    suspect = suspect_of({0: SAME_CALLS, 1: rank1 if rank1 is not None else SLOWER_CALLS}, 1)
+    return _stretched(suspect, rank, cause)
 
 
 def test_extra_computation_spread_over_everything_is_a_slower_cpu() -> None:
@@ -72,9 +66,11 @@ def test_extra_calls_spread_over_python_ops_and_launches_are_the_ranks_own() -> 
     assert stretched(spread, WORK, launches) is None
 
 
-def features_of(rows: dict[int, list[Row]], steps: int = 10) -> Features:
-    """Features of ranks whose windows hold `rows`: (function, category, ms, calls) each, over
-    `steps` steps of 20 ms."""
+def suspect_of(
+    rows: dict[int, list[Row]], position: int, work: CpuWork | None = None, steps: int = 10
+) -> Suspect:
+    """Rank `position` among ranks whose windows hold `rows`: (function, category, ms, calls)
+    each, over `steps` steps of 20 ms."""
     table = pa.table(
         {
             "rank": pa.array([r for r, fs in rows.items() for _ in fs], pa.int32()),
@@ -82,10 +78,18 @@ def features_of(rows: dict[int, list[Row]], steps: int = 10) -> Features:
             "category": [c for fs in rows.values() for _, c, _, _ in fs],
             "time_ms": [ms * steps for fs in rows.values() for _, _, ms, _ in fs],
             "count": pa.array([n * steps for fs in rows.values() for _, _, _, n in fs], pa.int64()),
+            "beta_per_step": [[ms / 20.0] * steps for fs in rows.values() for _, _, ms, _ in fs],
         }
     )
     ranks = np.array(sorted(rows), dtype=np.int64)
-    return build_features(table, StepTimes(ranks, np.full((len(ranks), steps), 20.0)), min_beta=0.0)
+    features = build_features(
+        table, StepTimes(ranks, np.full((len(ranks), steps), 20.0)), min_beta=0.0
+    )
+    groups, thresholds = one_group(features), Thresholds()
+    dev = compare_peers(table, features, groups, thresholds)
+    reference = np.ones(len(ranks), dtype=bool)
+    context = PeerContext(features, dev, groups, thresholds, reference, host=None, cpu=None)
+    return Suspect(context, position, work)
 
 
 Row = tuple[str, str, float, int]
@@ -107,9 +111,9 @@ def cpu_work(steady_ratio: float) -> CpuWork:
 
 
 def same_calls_note(rank3: list[tuple[str, str, float, int]], steady: float) -> str | None:
-    features = features_of({0: HEALTHY, 1: HEALTHY, 2: HEALTHY, 3: rank3})
-    functions = features.level == LEVEL_FUNCTION
-    return _same_calls_slower(features, functions, 3, np.arange(4), cpu_work(steady))
+    work = cpu_work(steady)
+    suspect = suspect_of({0: HEALTHY, 1: HEALTHY, 2: HEALTHY, 3: rank3}, 3, work)
+    return _same_calls_slower(suspect, work)
 
 
 def test_the_same_calls_taking_a_little_longer_are_a_shared_cpu() -> None:
