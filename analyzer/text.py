@@ -103,7 +103,9 @@ def waits(ranks: Iterable[int]) -> str:
 
 
 def ms(value: float) -> str:
-    """Milliseconds with sensible precision."""
+    """Milliseconds with sensible precision. Rounded to the µs first, as verdict.json's evidence
+    holds its numbers: a value and its evidence print alike, whichever is formatted."""
+    value = round(value, 3)
     if abs(value) >= 100:
         return f"{value:.0f} ms"
     if abs(value) >= 10:

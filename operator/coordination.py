@@ -6,6 +6,9 @@
   Analyzing ──Job done──▶ Succeeded (Ready=True, status.verdict) | Failed (Stalled=True)
   Capturing ──the pods gone before any rank began its window──▶ Failed (EndedBeforeWindow)
 
+Every ending (the capture over, Succeeded, Failed for any reason) carries the action "disarm":
+this diagnosis' plans come off every target pod, the finished ones too (`pods_to_disarm`).
+
 While capturing, workers whose step stops advancing (perfdiag.api.stall) get a `stacks` plan; their
 dumps are copied into the capture before the analyzer runs (a hang verdict).
 
@@ -30,13 +33,16 @@ the status write repeats the action harmlessly after a restart and nothing runs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from perfdiag.api.diagnosis import (
     MAX_BASELINE_CANDIDATES,
+    MAX_STATUS_FINDINGS,
+    AnalysisStatus,
     Artifacts,
     FindingSummary,
     FiredSlowdown,
@@ -49,9 +55,10 @@ from perfdiag.api.diagnosis import (
     WorkersStatus,
 )
 from perfdiag.api.plan import Plan, start_step_ahead, watch_deadline
+from perfdiag.api.ranks import format_runs, rank_runs
 from perfdiag.api.slowdown import StepReport, Track, advance_job, job_report
 from perfdiag.api.stall import StallPolicy, progress_from_mapping, stuck_ranks
-from perfdiag.api.verdict import Verdict
+from perfdiag.api.verdict import Finding, Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
 from perfdiag.operator.injection import injected, training_container_index
@@ -66,7 +73,7 @@ from perfdiag.storage import layout
 
 DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagnosis wrote it
 MAX_PLAN_ID = 128
-TOP_FINDINGS = 5
+TOP_FINDINGS = MAX_STATUS_FINDINGS
 STACKS_SUFFIX = "-stacks"
 WATCH_SUFFIX = "-watch"
 STACKS_WAIT_S = 30.0
@@ -117,6 +124,51 @@ def plan_of(pod: Mapping[str, Any]) -> tuple[str | None, str | None, datetime | 
     except ValueError:
         return None, annotations.get(DIAGNOSIS_ANNOTATION), None
     return plan.id, annotations.get(DIAGNOSIS_ANNOTATION), plan.deadline
+
+
+def loose_plan_id(text: str | None) -> str | None:
+    """The id in a plan annotation, read without validating the rest: a plan this version
+    would not write (an older or newer one) is still recognised as ours by its id."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def our_plan_ids(name: str, uid: str, status: PerfDiagnosisStatus | None) -> frozenset[str]:
+    """Every plan id this diagnosis may have put on pods: the ones its name and uid make
+    (capture, watch, stacks), which need no status, and the ones its status names."""
+    capture = plan_id(name, uid)
+    ids = {capture, watch_plan_id(capture), stacks_plan_id(capture)}
+    window = status.window.plan_id if status is not None and status.window else None
+    if window is not None:
+        ids |= {window, watch_plan_id(window), stacks_plan_id(window)}
+    watch = status.watch.plan_id if status is not None and status.watch else None
+    if watch is not None:
+        ids.add(watch)
+    return frozenset(ids)
+
+
+def pods_to_disarm(
+    pods: Iterable[Mapping[str, Any]], name: str, plan_ids: frozenset[str]
+) -> list[str]:
+    """The pods (live, finished or being deleted) that carry what this diagnosis put there: one
+    of its plans, or its name alone in the diagnosis annotation (the plan already removed by
+    hand). Another diagnosis' plan is never touched."""
+    found = []
+    for pod in pods:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(PLAN_ANNOTATION)
+        ours = (
+            loose_plan_id(raw) in plan_ids if raw else annotations.get(DIAGNOSIS_ANNOTATION) == name
+        )
+        if ours:
+            found.append(str(pod["metadata"]["name"]))
+    return sorted(found)
 
 
 def expected_ranks(pods: Sequence[Mapping[str, Any]]) -> int:
@@ -219,7 +271,7 @@ def decide(
     if status.phase == "Capturing":
         return _capturing(generation, spec, status, world, target, now)
     if status.phase == "Analyzing":
-        return _analyzing(generation, status, world, now)
+        return _analyzing(generation, spec, status, world, now)
     return Decision(status)
 
 
@@ -233,7 +285,8 @@ def _failed(
     **update: Any,
 ) -> Decision:
     """The diagnosis ends without a verdict: phase Failed, Stalled with `reason`, a Warning
-    event; `update`: more of the status that changes with it."""
+    event, its plans taken off the pods (whatever phase it ends in); `update`: more of the
+    status that changes with it."""
     new = status.model_copy(
         update={
             "phase": "Failed",
@@ -242,7 +295,8 @@ def _failed(
             "conditions": _conds(status, _stalled(reason, message), generation, now),
         }
     )
-    return Decision(new, list(actions), events=[Event("Warning", reason, message)])
+    ending: list[Action] = ["disarm", *(a for a in actions if a != "disarm")]
+    return Decision(new, ending, events=[Event("Warning", reason, message)])
 
 
 def _pending(
@@ -262,15 +316,6 @@ def _pending(
             status.model_copy(update={"conditions": _conds(status, desired, generation, now)})
         )
 
-    if spec.storage is not None:
-        return hold(
-            _stalled(
-                "StorageOverrideUnsupported",
-                "spec.storage is not supported for Kubernetes captures yet: the agents write "
-                "to the operator's storage (set when the pods were injected); remove "
-                "spec.storage (create a new PerfDiagnosis)",
-            )
-        )
     if storage_root is None:
         return hold(
             _stalled(
@@ -468,7 +513,7 @@ def _watch_ended(
     else:
         reason = "NoWatch"
         message = "phase Watching without a watch plan (status.watch.planId is unset)"
-    return _failed(status, generation, now, reason, message, ["disarm"])
+    return _failed(status, generation, now, reason, message)
 
 
 def _watching(
@@ -756,7 +801,6 @@ def _capturing(
             now,
             ENDED_BEFORE_WINDOW,
             ended_before_window_message(window, reached, target),
-            ["disarm"],
             workers=counts(expected),
             window=window.model_copy(update={"completion_time": now}),
         )
@@ -776,6 +820,7 @@ def _capturing(
         new = status.model_copy(
             update={
                 "phase": "Analyzing",
+                "analysis": analysis_record(spec, generation),
                 "workers": counts(missing),
                 "window": window.model_copy(update={"completion_time": now}),
                 "conditions": _conds(status, _running("Analyzing", message), generation, now),
@@ -819,9 +864,9 @@ def _capturing(
     return Decision(new)
 
 
-def verdict_summary(verdict: Verdict) -> VerdictStatusSummary:
-    findings = verdict.sorted().findings
-    top = [
+def _finding_summaries(findings: Sequence[Finding]) -> list[FindingSummary]:
+    """The first TOP_FINDINGS, without their evidence (verdict.json has it)."""
+    return [
         FindingSummary(
             kind=f.kind,
             category=f.category,
@@ -832,9 +877,15 @@ def verdict_summary(verdict: Verdict) -> VerdictStatusSummary:
         )
         for f in findings[:TOP_FINDINGS]
     ]
-    # The ranks findings name (not job-wide expected ranges), the workers that are missing, and
-    # stuck workers only when no finding singles out the ranks holding the others up (in a hang
-    # every rank is stuck; the hang finding names the culprits).
+
+
+def verdict_summary(verdict: Verdict) -> VerdictStatusSummary:
+    ordered = verdict.sorted()
+    findings = ordered.findings
+    # The ranks findings name (not job-wide expected ranges: a verdict of an earlier v1 has them
+    # among its findings, a later one among its observations, which name no culprit), the
+    # workers that are missing, and stuck workers only when no finding singles out the ranks
+    # holding the others up (in a hang every rank is stuck; the hang finding names the culprits).
     culprits = {r for f in findings if f.kind != "expected_range" for r in f.ranks}
     culprits |= {r for first, last in verdict.rank_runs("missing") for r in range(first, last + 1)}
     if not culprits:
@@ -843,22 +894,34 @@ def verdict_summary(verdict: Verdict) -> VerdictStatusSummary:
     return VerdictStatusSummary(
         status=verdict.status,
         summary=verdict.summary,
-        top_findings=top,
+        top_findings=_finding_summaries(findings),
         culprit_ranks=sorted(culprits),
+        culprits=format_runs(rank_runs(culprits)) or None,
         culprit_pods=sorted({pods[r] for r in culprits if r in pods}),
+        observations=_finding_summaries(ordered.observations),
     )
 
 
+def analysis_record(spec: PerfDiagnosisSpec, generation: int) -> AnalysisStatus:
+    """What the analyzer Job created in this pass is given: this generation's spec.analysis."""
+    return AnalysisStatus(generation=generation, thresholds=spec.analysis.to_wire())
+
+
 def _analyzing(
-    generation: int, status: PerfDiagnosisStatus, world: World, now: datetime
+    generation: int,
+    spec: PerfDiagnosisSpec,
+    status: PerfDiagnosisStatus,
+    world: World,
+    now: datetime,
 ) -> Decision:
     job = world.job
     if not (status.artifacts and status.artifacts.prefix):
         # Only a status written by hand gets here: there is no capture to analyze.
         message = "phase Analyzing without a capture (status.artifacts.prefix is unset)"
         return _failed(status, generation, now, "NoCapture", message)
-    if job is None:
-        return Decision(status, ["launch_job"])
+    if job is None:  # not created yet, or deleted since: created now, with the current thresholds
+        relaunched = status.model_copy(update={"analysis": analysis_record(spec, generation)})
+        return Decision(relaunched, ["launch_job"])
     if job.outcome == "running":
         return Decision(status)
     if job.outcome == "failed":
@@ -912,7 +975,7 @@ def _analyzing(
         }
     )
     event = Event("Normal" if summary.status == "healthy" else "Warning", "VerdictReady", message)
-    return Decision(new, events=[event])
+    return Decision(new, ["disarm"], events=[event])
 
 
 def plan_annotations(plan: Plan, diagnosis: str) -> dict[str, Any]:

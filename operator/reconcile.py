@@ -11,7 +11,6 @@ the two loses the Event, never duplicates it); conditions are the record, Events
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -40,24 +39,27 @@ from perfdiag.operator.coordination import (
     World,
     decide,
     disarm_patch,
+    our_plan_ids,
     plan_annotations,
     plan_of,
+    pods_to_disarm,
     stacks_plan_id,
-    watch_plan_id,
 )
 from perfdiag.operator.kube import ApiException, Kube, status_of
-from perfdiag.operator.settings import PLAN_ANNOTATION, OperatorConfig
+from perfdiag.operator.settings import OperatorConfig
 from perfdiag.operator.status import (
     READY,
     RECONCILING,
     STALLED,
     Desired,
     Event,
+    at_generation,
     compute_status,
     keep_transition_times,
     merge_conditions,
     merge_patch,
     now_utc,
+    thresholds_applied,
     transition_events,
     ttl_expired,
 )
@@ -132,7 +134,8 @@ class Reconciler:
                 if capture_started or (new.phase == "Pending" and observation.state == "found"):
                     decision = self._coordinate(obj, spec, new, generation, now)
                     new, extra_events = decision.status, decision.events
-        new = keep_transition_times(old, new)
+            new = thresholds_applied(spec, new, generation, now)
+        new = keep_transition_times(old, at_generation(new, generation))
         # Diff the normalized forms: fields this version does not know are left alone.
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:
@@ -217,7 +220,11 @@ class Reconciler:
                     return _storage_unavailable(status, generation, now, str(exc))
                 log.info("%s/%s: %d stack dump(s) added to the capture", namespace, name, copied)
             elif action == "disarm":
-                self._disarm(namespace, status, world.pods)
+                # Every target pod, not only the live ones: a job that finished keeps its pods,
+                # and what this diagnosis put on them must not outlive it.
+                self._disarm(
+                    namespace, name, uid, status, self._target_pods(namespace, spec.target)
+                )
             elif action == "launch_job":
                 artifacts = decision.status.artifacts
                 workers = decision.status.workers
@@ -297,22 +304,18 @@ class Reconciler:
         return self.kube.list_pods(namespace, selector)
 
     def _disarm(
-        self, namespace: str, status: PerfDiagnosisStatus | None, pods: list[dict[str, Any]]
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        status: PerfDiagnosisStatus | None,
+        pods: list[dict[str, Any]],
     ) -> int:
-        plan_id = status.window.plan_id if status and status.window else None
-        ours = {plan_id, stacks_plan_id(plan_id)} if plan_id is not None else set()
-        watch = status.watch.plan_id if status and status.watch else None
-        if watch is not None:
-            ours.add(watch)
-        elif plan_id is not None:
-            ours.add(watch_plan_id(plan_id))
-        changed = 0
-        for pod in pods:
-            annotations = pod["metadata"].get("annotations") or {}
-            if _plan_id(annotations.get(PLAN_ANNOTATION)) in ours:
-                self.kube.patch_pod(namespace, pod["metadata"]["name"], disarm_patch())
-                changed += 1
-        return changed
+        """Take this diagnosis' plan and diagnosis annotations off `pods`; how many changed."""
+        names = pods_to_disarm(pods, name, our_plan_ids(name, uid, status))
+        for pod in names:
+            self.kube.patch_pod(namespace, pod, disarm_patch())
+        return len(names)
 
     def _post(self, obj: dict[str, Any], event: Event) -> None:
         try:
@@ -341,7 +344,7 @@ class Reconciler:
             if selector is None:
                 return 0
             pods = self.kube.list_pods(namespace, selector)
-        return self._disarm(namespace, status, pods)
+        return self._disarm(namespace, name, uid, status, pods)
 
 
 def _worker_statuses(storage: Storage, plan_id: str | None) -> dict[int, WorkerStatus]:
@@ -427,17 +430,6 @@ def _storage_unavailable(
             update={"conditions": merge_conditions(status.conditions, desired, generation, now)}
         )
     )
-
-
-def _plan_id(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    plan_id = value.get("id") if isinstance(value, dict) else None
-    return plan_id if isinstance(plan_id, str) else None
 
 
 def _invalid_spec_status(

@@ -8,6 +8,11 @@ Conditions follow metav1.Condition and kstatus (what Flux and Argo CD read):
                before it could be diagnosed). Stalled and Reconciling are never both True.
   TargetResolved  (domain) whether the target's pods were found.
 All four are always present, so `kubectl wait --for=condition=Stalled=false` works.
+  ThresholdsApplied  (domain, once the analyzer Job was created) whether it was given the
+               current spec.analysis: a capture is judged once, a later change is not applied.
+
+Every pass judges the conditions again for the generation it handles, so each carries that
+generation (observedGeneration), in Succeeded and Failed too.
 
 A condition's lastTransitionTime only moves when its status changes, and a status computed
 from an unchanged world equals the stored one: reconciling twice writes nothing the second time,
@@ -16,6 +21,7 @@ which is what makes a restarted operator resume without repeating work.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -35,6 +41,8 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 TARGET_RESOLVED = "TargetResolved"
+THRESHOLDS_APPLIED = "ThresholdsApplied"
+OWN_CONDITIONS = frozenset({READY, RECONCILING, STALLED, TARGET_RESOLVED, THRESHOLDS_APPLIED})
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,71 @@ def merge_conditions(
     own = {w.type for w in wanted}
     out.extend(c for c in by_type.values() if c.type not in own)
     return out
+
+
+def put_condition(
+    current: Iterable[Condition], desired: Desired, generation: int, now: datetime
+) -> list[Condition]:
+    """`current` with `desired` set in the place of the condition of its type (appended when
+    there is none), its lastTransitionTime kept while its status holds: a condition set by a
+    later stage does not reorder the list (which would rewrite the object on every pass)."""
+    conditions = list(current)
+    condition = merge_conditions(conditions, [desired], generation, now)[0]
+    at = next((i for i, c in enumerate(conditions) if c.type == desired.type), None)
+    if at is None:
+        return [*conditions, condition]
+    conditions[at] = condition
+    return conditions
+
+
+def thresholds_applied(
+    spec: PerfDiagnosisSpec, status: PerfDiagnosisStatus, generation: int, now: datetime
+) -> PerfDiagnosisStatus:
+    """The ThresholdsApplied condition, once the analyzer Job was created (status.analysis):
+    True while spec.analysis is what the Job was given, False once it changed. Before the Job,
+    a change of spec.analysis needs no condition: it applies (to the stuck rule of the capture
+    under way and to the Job still to come)."""
+    used = status.analysis
+    if used is None:
+        return status
+    wanted = spec.analysis.to_wire()
+    if wanted == used.thresholds:  # JSON numbers: 1 and 1.0 are the same threshold
+        desired = Desired(
+            THRESHOLDS_APPLIED,
+            "True",
+            "Applied",
+            f"the analyzer Job was given spec.analysis of generation {used.generation}, "
+            "unchanged since",
+        )
+    else:
+        prefix = (status.artifacts.prefix if status.artifacts else None) or "<capture prefix>"
+        desired = Desired(
+            THRESHOLDS_APPLIED,
+            "False",
+            "ChangedAfterAnalysis",
+            f"spec.analysis changed after the analyzer Job was created with generation "
+            f"{used.generation}'s: a capture is judged once, so the change does not apply to "
+            f"this one. Judge it again with `perfdiag analyze {prefix} --thresholds "
+            f"'{json.dumps(wanted, sort_keys=True)}' --out DIR`, or create a new PerfDiagnosis",
+        )
+    return status.model_copy(
+        update={"conditions": put_condition(status.conditions, desired, generation, now)}
+    )
+
+
+def at_generation(status: PerfDiagnosisStatus, generation: int) -> PerfDiagnosisStatus:
+    """The status as the handling of `generation` leaves it: status.observedGeneration and each
+    condition this operator owns carry that generation, in every phase. A pass judges every
+    condition again (in Succeeded and Failed nothing that may still change in the spec changes
+    them, and ThresholdsApplied says whether the verdict's thresholds are the current ones), so
+    each holds for the generation handled; conditions of other writers are left as they are."""
+    conditions = [
+        c.model_copy(update={"observed_generation": generation})
+        if c.type in OWN_CONDITIONS and c.observed_generation != generation
+        else c
+        for c in status.conditions
+    ]
+    return status.model_copy(update={"observed_generation": generation, "conditions": conditions})
 
 
 def keep_transition_times(

@@ -213,6 +213,29 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         "description": "The Ready condition.",
     },
+    # Short values only: a column holding a sentence (the summary, a condition's message) makes
+    # every row of `kubectl get -o wide` as wide as it; the sentences are for `kubectl describe`.
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "description": "Why it is (not) ready, in one word (the message: kubectl describe).",
+        "priority": 1,
+    },
+    {
+        "name": "Culprits",
+        "type": "string",
+        "jsonPath": ".status.verdict.culprits",
+        "description": "The ranks to look at, as runs ('3', '0-3,7').",
+        "priority": 1,
+    },
+    {
+        "name": "Category",
+        "type": "string",
+        "jsonPath": ".status.verdict.topFindings[0].category",
+        "description": "The cause's category of the most severe finding.",
+        "priority": 1,
+    },
     {
         "name": "Step-ms",
         "type": "number",
@@ -225,13 +248,6 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "number",
         "jsonPath": ".status.watch.baselineStepMs",
         "description": "spec.trigger: the job's baseline step time, ms (its recent best).",
-        "priority": 1,
-    },
-    {
-        "name": "Message",
-        "type": "string",
-        "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
-        "description": "Why it is (not) ready.",
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

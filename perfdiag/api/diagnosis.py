@@ -291,8 +291,15 @@ class SecretReference(CrdModel):
     )
 
 
+STORAGE_UNSUPPORTED = (
+    "spec.storage is not supported for Kubernetes captures yet: the agents write to the "
+    "operator's storage (PERFDIAG_STORAGE, set when the pods were injected); remove spec.storage"
+)
+
+
 class StorageOverride(CrdModel):
-    """Where this diagnosis stores its capture, instead of the operator's default storage."""
+    """Reserved: where this diagnosis would store its capture instead of the operator's
+    storage. Not supported yet: the API server refuses it."""
 
     bucket: str = Field(
         min_length=3,
@@ -421,12 +428,9 @@ class PerfDiagnosisSpec(CrdModel):
                 "spec.capture is immutable after creation; create a new PerfDiagnosis instead",
                 ".capture",
             ),
-            cel(
-                "has(self.storage) == has(oldSelf.storage) && "
-                "(!has(self.storage) || self.storage == oldSelf.storage)",
-                "spec.storage is immutable after creation; create a new PerfDiagnosis instead",
-                ".storage",
-            ),
+            # The agents' storage is fixed when the webhook injects the pods, so a per-diagnosis
+            # override cannot be honoured: refused here rather than accepted and stalled.
+            cel("!has(self.storage)", STORAGE_UNSUPPORTED, ".storage", "FieldValueForbidden"),
             cel(
                 "has(self.trigger) == has(oldSelf.trigger) && "
                 "(!has(self.trigger) || self.trigger == oldSelf.trigger)",
@@ -444,7 +448,11 @@ class PerfDiagnosisSpec(CrdModel):
     )
     storage: StorageOverride | None = Field(
         default=None,
-        description="Override of the operator's default storage for this capture. Immutable.",
+        description=(
+            "Reserved for an override of the operator's storage. Not supported yet: refused by "
+            "the API server (the agents write to the operator's storage, set when the pods were "
+            "injected)."
+        ),
     )
     trigger: Trigger | None = Field(
         default=None,
@@ -468,6 +476,12 @@ class PerfDiagnosisSpec(CrdModel):
         ),
     )
 
+    @model_validator(mode="after")
+    def _no_storage_override(self) -> PerfDiagnosisSpec:
+        if self.storage is not None:
+            raise ValueError(STORAGE_UNSUPPORTED)
+        return self
+
 
 # --------------------------------------------------------------------------------- status ----
 
@@ -490,7 +504,10 @@ class Condition(StatusModel):
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     observed_generation: int | None = Field(
-        default=None, ge=0, description="The .metadata.generation the condition was set for."
+        default=None,
+        ge=0,
+        description="The .metadata.generation whose handling set the condition (the operator "
+        "judges every condition again for each generation it handles).",
     )
     last_transition_time: datetime = Field(
         description="When the condition last changed from one status to another."
@@ -566,16 +583,42 @@ class FindingSummary(StatusModel):
     message: str = Field(description="What is wrong, where, how sure, what to check next.")
 
 
+MAX_STATUS_FINDINGS = 5
+"""Findings (and observations) of the verdict copied into the status; the rest are in
+verdict.json."""
+MAX_CULPRITS_TEXT = 256
+"""Room for perfdiag.api.ranks.format_runs' longest text (its runs are cut with a count)."""
+
+
 class VerdictStatusSummary(StatusModel):
     """The verdict, short; the full one is artifacts.verdict."""
 
     status: VerdictStatus = Field(description="healthy, degraded, hang or incomplete.")
     summary: str = Field(description="One sentence a person can act on.")
     top_findings: list[FindingSummary] = Field(
-        default_factory=list, max_length=5, description="Most severe findings first."
+        default_factory=list,
+        max_length=MAX_STATUS_FINDINGS,
+        description="Most severe findings first.",
     )
     culprit_ranks: list[int] = Field(default_factory=list, description="Ranks to look at.")
+    culprits: str | None = Field(
+        default=None,
+        max_length=MAX_CULPRITS_TEXT,
+        description=(
+            "culpritRanks as runs of consecutive ranks ('3', '0-3,7'; a long list is cut with "
+            "its count of ranks): the Culprits column of kubectl get -o wide."
+        ),
+    )
     culprit_pods: list[str] = Field(default_factory=list, description="Pods of those ranks.")
+    observations: list[FindingSummary] = Field(
+        default_factory=list,
+        max_length=MAX_STATUS_FINDINGS,
+        description=(
+            "Whole-job efficiency observations (kind expected_range: every rank alike spends "
+            "more of its step in a category than a well-running job), most severe first: "
+            "advice about the job as a whole, never a culprit nor a reason for degraded."
+        ),
+    )
 
 
 class FiredSlowdown(StatusModel, Slowdown):
@@ -651,6 +694,21 @@ class WatchStatus(StatusModel):
     )
 
 
+class AnalysisStatus(StatusModel):
+    """The thresholds the analyzer Job was given: spec.analysis when the Job was created. A
+    verdict is judged once; a later change of spec.analysis does not judge it again (condition
+    ThresholdsApplied)."""
+
+    generation: int = Field(
+        ge=0, description="The .metadata.generation whose spec.analysis the analyzer Job got."
+    )
+    thresholds: dict[str, Any] = Field(
+        default_factory=dict,
+        description="That spec.analysis (its set fields; the analyzer's defaults for the rest).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class Artifacts(StatusModel):
     """Where the capture and the results are (URIs: s3://bucket/key or a path)."""
 
@@ -689,6 +747,9 @@ class PerfDiagnosisStatus(StatusModel):
         ),
     )
     window: WindowStatus | None = Field(default=None, description="The capture window.")
+    analysis: AnalysisStatus | None = Field(
+        default=None, description="The thresholds the analyzer Job was given, once it was."
+    )
     verdict: VerdictStatusSummary | None = Field(default=None, description="The verdict, short.")
     artifacts: Artifacts | None = Field(default=None, description="URIs of the results.")
     start_time: datetime | None = Field(default=None, description="When reconciling started.")

@@ -99,6 +99,30 @@ def test_names_columns_and_subresources() -> None:
         c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")
     ]
     assert default_columns == ["Target", "Phase", "Verdict", "Ready", "Age"]
+    wide = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert wide == [
+        "Target", "Kind", "Phase", "Verdict", "Ready", "Reason", "Culprits", "Category",
+        "Step-ms", "Baseline-ms", "Age",
+    ]  # fmt: skip
+
+
+def test_columns_hold_no_sentence() -> None:
+    """A column is as wide as its longest value: none shows a message or a summary (those are
+    for kubectl describe); the culprits column is a bounded text, not the rank list."""
+    version = render_crd()["spec"]["versions"][0]
+    paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
+    assert not [p for p in paths if p.endswith((".message", ".summary", "culpritRanks"))], paths
+    verdict = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["verdict"]
+    assert verdict["properties"]["culprits"]["maxLength"] <= 256
+
+
+def test_storage_override_is_refused_at_admission() -> None:
+    spec = render_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = {r["rule"]: r for r in spec["x-kubernetes-validations"]}
+    refused = rules["!has(self.storage)"]
+    assert refused["fieldPath"] == ".storage" and refused["reason"] == "FieldValueForbidden"
+    assert refused["message"].startswith("spec.storage is not supported")
+    assert "Not supported yet" in spec["properties"]["storage"]["description"]
 
 
 def test_rendering_is_valid_yaml_with_a_header() -> None:

@@ -54,6 +54,7 @@ class Cluster:
         client = kube_cluster.api_client()
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.batch = kubernetes.client.BatchV1Api(client)
         self.ApiException = kubernetes.client.ApiException
 
     wait_for = staticmethod(wait_for)

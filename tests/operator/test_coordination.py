@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -25,8 +26,10 @@ from perfdiag.operator.coordination import (
     World,
     decide,
     expected_ranks,
+    our_plan_ids,
     plan_annotations,
     plan_id,
+    pods_to_disarm,
     stacks_plan_id,
     verdict_summary,
     watch_plan_id,
@@ -677,3 +680,134 @@ def test_a_job_that_ends_before_its_window_says_so_with_the_step_reached() -> No
     assert _decide(_capturing_ahead(260, 190), World(pods=[], workers=past)).status.phase == (
         "Analyzing"
     )
+
+
+# ---- every ending takes the diagnosis' plans off the pods -------------------------------------
+
+
+def test_every_ending_disarms() -> None:
+    """Whatever way a diagnosis ends (a verdict, or failed for any reason), its decision takes
+    its plans off the pods: the reconciler then removes them from every target pod, finished
+    ones included."""
+    from perfdiag.operator.analyzer_job import JobState
+
+    no_prefix = _analyzing().model_copy(update={"artifacts": None})
+    lost_watch = PerfDiagnosisStatus(phase="Watching")
+    endings = {
+        "Succeeded": _decide(_analyzing(), World(job=JobState("succeeded"), verdict=_verdict())),
+        "AnalyzerFailed": _decide(_analyzing(), World(job=JobState("failed", "DeadlineExceeded"))),
+        "VerdictUnreadable": _decide(
+            _analyzing(), World(job=JobState("succeeded"), verdict_error="not JSON")
+        ),
+        "NoCapture": _decide(no_prefix, World(job=JobState("running"))),
+        "EndedBeforeWindow": _decide(_capturing_ahead(260, 190), World(pods=[])),
+        "TargetGone": _decide(
+            PerfDiagnosisStatus(phase="Watching", watch={"planId": WATCH_ID}), World(pods=[])
+        ),
+        "NoWatch": _decide(lost_watch, World(pods=[_pod("a")])),
+    }
+    for reason, decision in endings.items():
+        assert decision.status.phase in ("Succeeded", "Failed"), reason
+        assert decision.actions == ["disarm"], (reason, decision.actions)
+        if reason != "Succeeded":
+            assert _cond(decision.status, "Stalled")[:2] == ("True", reason)
+    # The capture over (every rank reported, the deadline passed, the pods gone): the plan goes
+    # before the analysis.
+    timed_out = _decide(_capturing(deadline=NOW - timedelta(seconds=1)), World(pods=[_pod("a")]))
+    assert timed_out.status.phase == "Analyzing" and timed_out.actions[0] == "disarm"
+
+
+def test_pods_to_disarm_are_those_carrying_this_diagnosis_plans() -> None:
+    capture = plan_id("d", UID)
+    ours = our_plan_ids("d", UID, None)  # no status needed: name and uid make the ids
+    assert ours == {capture, watch_plan_id(capture), stacks_plan_id(capture)}
+    # A status written by another version or by hand names its own plans; they count too.
+    handwritten = PerfDiagnosisStatus.model_validate({"window": {"planId": "plan-1"}})
+    assert {"plan-1", "plan-1-watch", "plan-1-stacks"} <= our_plan_ids("d", UID, handwritten)
+
+    def plan(id_: str, diagnosis: str = "d") -> dict[str, str]:
+        note = json.dumps({"id": id_, "action": "capture", "steps": 10, "future": True})
+        return {"perfdiag.io/plan": note, "perfdiag.io/diagnosis": diagnosis}
+
+    finished = _pod("finished", **plan(capture))
+    finished["status"] = {"phase": "Succeeded"}
+    pods = [
+        _pod("watching", **plan(watch_plan_id(capture))),
+        _pod("stacks", **plan(stacks_plan_id(capture))),
+        finished,
+        _pod("other", **plan("other-plan", "other")),
+        _pod("same-name-new-object", **plan("d-another-uid")),  # d re-created: not ours
+        _pod("name-only", **{"perfdiag.io/diagnosis": "d"}),  # the plan removed by hand
+        _pod("unreadable", **{"perfdiag.io/plan": "{not json", "perfdiag.io/diagnosis": "d"}),
+        _pod("bare"),
+    ]
+    assert pods_to_disarm(pods, "d", ours) == ["finished", "name-only", "stacks", "watching"]
+
+
+# ---- observations and the short culprit list ---------------------------------------------------
+
+
+def test_observations_are_neither_culprits_nor_top_findings() -> None:
+    verdict = _verdict()
+    slow, job_wide = verdict.findings[1], verdict.findings[0]
+    later = verdict.model_copy(
+        update={
+            "findings": [slow],
+            "observations": [
+                job_wide,
+                job_wide.model_copy(update={"category": "communication", "severity": 0.3}),
+            ],
+        }
+    )
+    summary = verdict_summary(later)
+    assert summary.culprit_ranks == [3] and summary.culprits == "3"
+    assert [f.kind for f in summary.top_findings] == ["slow_worker"]
+    assert [(f.kind, f.category) for f in summary.observations] == [
+        ("expected_range", "communication"),
+        ("expected_range", "python"),
+    ]  # most severe first
+    # Bounded, like the top findings.
+    many = later.model_copy(update={"observations": [job_wide] * 40})
+    assert len(verdict_summary(many).observations) == 5
+    # Without observations (a verdict of an earlier v1), the status has none.
+    assert verdict_summary(verdict).observations == []
+
+
+def test_culprits_text_is_short_for_any_number_of_ranks() -> None:
+    verdict = _verdict()
+    missing = [RankRange(first=4, last=99_999, reason="no file")]
+    many = verdict_summary(verdict.model_copy(update={"missing": missing}))
+    assert many.culprits == "3-99999"
+    scattered = [
+        Finding(kind="slow_worker", category="cpu_op", ranks=list(range(0, 4000, 2)),
+                severity=0.5, message="m")
+    ]  # fmt: skip
+    text = verdict_summary(verdict.model_copy(update={"findings": scattered})).culprits
+    assert text is not None and text.endswith("… (2000 ranks)") and len(text) < 80
+    healthy = verdict.model_copy(update={"status": "healthy", "findings": []})
+    assert verdict_summary(healthy).culprits is None
+
+
+# ---- the thresholds the analyzer Job was given ----------------------------------------------
+
+
+def test_the_analyzer_job_records_the_thresholds_it_was_given() -> None:
+    strict = SPEC.model_copy(
+        update={"analysis": SPEC.analysis.model_copy(update={"report_severity": 0.2})}
+    )
+    workers = {r: _worker(r) for r in range(4)}
+    done = decide(
+        name="d", uid=UID, namespace="ns", generation=3, spec=strict, status=_capturing(),
+        world=World(pods=[_pod("a")], workers=workers), storage_root=ROOT,
+        target="PyTorchJob bert", now=NOW,
+    )  # fmt: skip
+    assert done.actions == ["disarm", "launch_job"]
+    assert done.status.analysis is not None
+    assert done.status.analysis.to_wire() == {
+        "generation": 3,
+        "thresholds": {"reportSeverity": 0.2},
+    }
+    # A Job lost while analyzing is created again with the thresholds of that pass.
+    relaunched = _decide(done.status, World())
+    assert relaunched.actions == ["launch_job"]
+    assert relaunched.status.analysis.to_wire() == {"generation": 1, "thresholds": {}}

@@ -173,6 +173,10 @@ def test_spec_update_is_observed(cluster: Any, kube_namespace: str) -> None:
                      and cluster.condition(ns, "u", "Stalled")["observedGeneration"] == 2),
             "observedGeneration 2",
         )  # fmt: skip
+        conditions = cluster.get(ns, "u")["status"]["conditions"]
+        assert {c["type"]: c["observedGeneration"] for c in conditions} == {
+            "Ready": 2, "Reconciling": 2, "Stalled": 2, "TargetResolved": 2
+        }  # fmt: skip
 
 
 def test_deletion_never_needs_the_operator_when_nothing_to_clean(

@@ -8,13 +8,19 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfdiag.api.diagnosis import PerfDiagnosisSpec, PerfDiagnosisStatus
+from perfdiag.api.diagnosis import Condition, PerfDiagnosisSpec, PerfDiagnosisStatus
 from perfdiag.operator.status import (
+    STALLED,
+    THRESHOLDS_APPLIED,
+    Desired,
+    at_generation,
     compute_status,
     keep_transition_times,
     merge_patch,
     needs_cleanup,
     needs_recheck,
+    put_condition,
+    thresholds_applied,
     transition_events,
     ttl_expired,
 )
@@ -94,7 +100,7 @@ def test_recovery_moves_transition_times_only_for_changed_conditions() -> None:
 def test_a_condition_flipped_and_back_within_one_reconcile_keeps_its_time() -> None:
     """The reconciler's stages (target, then coordination, e.g. NotInjected) may flip Stalled
     and set it back: the stored status must not change when nothing did."""
-    from perfdiag.operator.status import STALLED, Desired, merge_conditions
+    from perfdiag.operator.status import merge_conditions
 
     not_injected = [Desired(STALLED, "True", "NotInjected", "pods lack the hook")]
     stored = _compute(None, FOUND)
@@ -198,3 +204,81 @@ def test_merge_patch_turns_old_into_new(old: dict[str, Any], new: dict[str, Any]
     patch = merge_patch(old, new)
     assert _apply(old, patch) == new
     assert (patch == {}) == (old == new)
+
+
+# ---- generations -----------------------------------------------------------------------------
+
+
+def test_every_condition_carries_the_generation_handled() -> None:
+    """A pass judges every condition again for the generation it handles, in a final phase
+    too; another writer's condition keeps its own."""
+    failed = _compute(None, FINISHED)
+    foreign = Condition(
+        type="Audited", status="True", reason="Seen", observed_generation=1,
+        last_transition_time=T0,
+    )  # fmt: skip
+    stored = failed.model_copy(update={"conditions": [*failed.conditions, foreign]})
+    later = at_generation(_compute(stored, FOUND, generation=2), 2)
+    assert later.observed_generation == 2
+    assert {c.type: c.observed_generation for c in later.conditions} == {
+        "Ready": 2, "Reconciling": 2, "Stalled": 2, "TargetResolved": 2, "Audited": 1,
+    }  # fmt: skip
+    # Nothing but the generation changed: same statuses, same transition times.
+    assert _conditions(later) == _conditions(stored)
+    assert [c.last_transition_time for c in later.conditions] == [
+        c.last_transition_time for c in stored.conditions
+    ]
+    assert at_generation(later, 2) == later  # handled again: nothing to write
+
+
+def _judged(thresholds: dict[str, Any], generation: int = 1) -> PerfDiagnosisStatus:
+    return PerfDiagnosisStatus.model_validate(
+        {
+            "phase": "Succeeded",
+            "analysis": {"generation": generation, "thresholds": thresholds},
+            "artifacts": {"prefix": "s3://b/p/ns/d-uid"},
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "VerdictReady",
+                 "lastTransitionTime": "2026-01-01T11:00:00Z", "observedGeneration": generation},
+            ],
+        }
+    )  # fmt: skip
+
+
+def test_thresholds_applied_says_whether_the_verdict_used_the_current_analysis() -> None:
+    spec = PerfDiagnosisSpec.model_validate(
+        {"target": {"kind": "PyTorchJob", "name": "b"}, "analysis": {"reportSeverity": 0.2}}
+    )
+    # Before the analyzer Job exists, a change of spec.analysis applies: no condition.
+    assert thresholds_applied(spec, PerfDiagnosisStatus(phase="Capturing"), 2, T0).conditions == []
+
+    same = thresholds_applied(spec, _judged({"reportSeverity": 0.2}), 2, T0)
+    applied = same.condition(THRESHOLDS_APPLIED)
+    assert applied is not None and (applied.status, applied.reason) == ("True", "Applied")
+    assert "generation 1, unchanged since" in applied.message
+    assert [c.type for c in same.conditions] == ["Ready", THRESHOLDS_APPLIED]  # appended
+
+    changed = thresholds_applied(spec, _judged({"reportSeverity": 0.05}), 2, T0 + timedelta(1))
+    stale = changed.condition(THRESHOLDS_APPLIED)
+    assert stale is not None and (stale.status, stale.reason) == ("False", "ChangedAfterAnalysis")
+    assert stale.observed_generation == 2
+    assert "perfdiag analyze s3://b/p/ns/d-uid --thresholds '{\"reportSeverity\": 0.2}'" in (
+        stale.message
+    )
+    assert changed.condition("Ready") == _judged({}).condition("Ready")  # the verdict stays
+    # JSON numbers: a threshold read back as 1 is the 1.0 the spec holds.
+    whole = spec.model_copy(
+        update={"analysis": spec.analysis.model_copy(update={"report_severity": 1.0})}
+    )
+    again = thresholds_applied(whole, _judged({"reportSeverity": 1}), 2, T0)
+    assert again.condition(THRESHOLDS_APPLIED).status == "True"  # type: ignore[union-attr]
+
+
+def test_put_condition_keeps_the_order_and_the_transition_time() -> None:
+    stored = _compute(None, NOT_FOUND)
+    order = [c.type for c in stored.conditions]
+    same = put_condition(stored.conditions, Desired(STALLED, "True", "TargetNotFound", "m"), 2,
+                         T0 + timedelta(hours=1))  # fmt: skip
+    assert [c.type for c in same] == order
+    moved = next(c for c in same if c.type == STALLED)
+    assert moved.last_transition_time == T0 and moved.observed_generation == 2
