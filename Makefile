@@ -1,7 +1,7 @@
 # The two commands of the README. Both set up what they need first (scripts/setup.sh).
 PY := .venv/bin/python
 
-.PHONY: setup demo test lint typecheck unit
+.PHONY: setup demo test lint typecheck unit cluster
 
 setup:
 	@scripts/setup.sh
@@ -18,3 +18,8 @@ typecheck: setup
 
 test: setup lint typecheck
 	scripts/run-tests.sh
+
+# The suite's control plane, MinIO and kubelet with the chart and the operator, in the foreground
+# until Ctrl-C (docs/install.md, "Try it without a cluster").
+cluster: setup
+	PERFDIAG_BIN_DIR=$$(scripts/test-binaries.sh | tail -n 1) .venv/bin/python -P -m perfdiag_testing.devcluster

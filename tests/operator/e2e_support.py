@@ -6,9 +6,6 @@ tests do with a PerfDiagnosis there (apply it, wait for a phase, a condition, Re
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,16 +16,17 @@ from typing import Any
 import yaml
 
 from perfdiag.collector.hook import spool
-from perfdiag.collector.hookdir import materialize
 from perfdiag.local.demo.scenarios import TRAIN_SCRIPT
 from perfdiag_testing.image import BuiltImage
-from perfdiag_testing.kubelet import KUBELET_LOG, Image, LocalKubelet
+from perfdiag_testing.kubelet import KUBELET_LOG, LocalKubelet
+from perfdiag_testing.local_images import PERFDIAG_IMAGE as PERFDIAG_IMAGE  # (re-exported)
+from perfdiag_testing.local_images import TRAINING_IMAGE as TRAINING_IMAGE
+from perfdiag_testing.local_images import base_env as base_env
+from perfdiag_testing.local_images import images
 from perfdiag_testing.processes import free_port
 from perfdiag_testing.training_operator import PORT_NAME, pytorchjob_pods
 
 KUBEFLOW = Path(__file__).resolve().parents[2].parent / "shared" / "kubeflow"
-PERFDIAG_IMAGE = "perfdiag:test"
-TRAINING_IMAGE = "pytorch-cpu:py3.8"  # the example's image
 FAULT_RANK = 3
 SCENARIO = "compute-straggler"
 
@@ -59,48 +57,6 @@ def pytorchjob(name: str, args: list[str]) -> dict[str, Any]:
         container["command"] = [*container["command"], *args]
         container["ports"] = [{"name": PORT_NAME, "containerPort": port}]
     return job
-
-
-def images(
-    workdir: Path, script: Path = TRAIN_SCRIPT, perfdiag_image: BuiltImage | None = None
-) -> dict[str, Image]:
-    """The two images, locally: the training image (`script` as demo.py in /workspace, its
-    working directory; this machine's Python with torch) and perfdiag: with `perfdiag_image`
-    (the image built from the Dockerfile) its own files, user and environment, else the
-    development venv's console script with the hook folder at /opt/perfdiag/hook as the
-    Dockerfile lays it out."""
-    workspace = workdir / "image-pytorch" / "workspace"
-    workspace.mkdir(parents=True, exist_ok=True)
-    shutil.copy(script, workspace / "demo.py")
-    training = Image(workdir="/workspace", files={"/workspace": workspace})
-    if perfdiag_image is not None:
-        built = Image(
-            entrypoint=perfdiag_image.entrypoint,
-            cmd=perfdiag_image.cmd,
-            workdir=perfdiag_image.workdir,
-            rootfs=perfdiag_image.rootfs,
-            user=perfdiag_image.user,
-            env=perfdiag_image.env,
-        )
-        return {PERFDIAG_IMAGE: built, TRAINING_IMAGE: training}
-    hook = materialize(workdir / "image-perfdiag" / "hook")
-    perfdiag_bin = Path(sys.executable).parent / "perfdiag"
-    return {
-        PERFDIAG_IMAGE: Image(entrypoint=(str(perfdiag_bin),), files={"/opt/perfdiag/hook": hook}),
-        TRAINING_IMAGE: training,
-    }
-
-
-def base_env() -> dict[str, str]:
-    """What every container's image would set: PATH (torchrun, python, perfdiag, cp), HOME,
-    one thread per rank (two CPU cores shared by everything)."""
-    return {
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "HOME": os.environ.get("HOME", "/root"),
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": "lo",
-        "LANG": "C.UTF-8",
-    }
 
 
 @dataclass
