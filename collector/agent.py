@@ -5,17 +5,23 @@ summary.parquet (the behavior pattern), stacks.json (when the hook dumped stacks
 status.json. `run_agent` is the sidecar loop around it: it follows every rank of a spool,
 uploads status heartbeats, processes each completed window once, and outlives storage outages.
 
+The sidecar records each upload in a folder of its own under the spool (`<spool>/agent/`,
+collector/hook/spool.py) and then removes the uploaded files from the spool, so the spool holds
+only what is not uploaded yet, whatever the number of diagnoses. It never writes into the hook's
+folders: the training often runs as another user (root) than the agent (10001).
+
 A sidecar writes the files of plan P under `<storage>/<P>/` (one diagnosis = one prefix); the
 local runner calls `process_window` with the diagnosis' own storage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,8 +37,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perfdiag.agent")
 
-UPLOADED_MARKER = ".uploaded"
-WINDOW_MARGIN_NS = 200_000_000  # hardware samples kept around a window's steps  # in a window folder, once its files are in storage
+WINDOW_MARGIN_NS = 200_000_000  # hardware samples kept around a window's steps
+KEPT_RECORDS = 32
+"""Upload records kept per rank and kind (window, stack dump): the newest ones, and any whose
+files are still in the spool. An older one would only matter to a plan sent again after 32
+newer ones (the operator sends one plan at a time and never an old one again)."""
 
 # Hook heartbeat phase → worker status phase.
 _PHASES: dict[str, WorkerPhase] = {
@@ -206,6 +215,8 @@ class AgentState:
 
     processed: set[tuple[int, str]] = field(default_factory=set)  # (rank, plan id)
     stacks: set[tuple[int, str]] = field(default_factory=set)
+    kept: set[tuple[str, int, str]] = field(default_factory=set)
+    """Uploaded files that could not be removed from the spool (not tried again)."""
     final: dict[tuple[int, str], WorkerStatus] = field(default_factory=dict)
     last_status: dict[int, tuple[str, float]] = field(default_factory=dict)  # json, when sent
     retries: dict[tuple[str, int, str], _Retry] = field(default_factory=dict)
@@ -235,7 +246,8 @@ def run_agent(
     Each poll: upload the status of every rank with a known plan (the plan file's, else the
     one the hook reports) when it changed, at most every `heartbeat_s` unless its phase
     changed; upload stack dumps; process every completed window once (remembered in memory
-    and by a marker file in the window folder). A storage error postpones that piece of work
+    and by a record in the spool's agent folder, after which the window's or the dump's files
+    are removed from the spool). A storage error postpones that piece of work
     with the storage retry policy's backoff (perfdiag.storage.retry: from 1 s, doubling, with
     jitter, up to `max_backoff_s`); nothing stops the loop but `stop`.
     With `sample_hardware` (and not `once`), the hardware sampler runs from the moment a rank
@@ -337,6 +349,7 @@ def _poll_rank(
             backoff,
             partial(_process, spool_dir, rank, plan_id, destination, state, keep_raw, pod),
         )
+    _remove_uploaded(spool_dir, rank, state)
     for plan_id in _stack_dumps(spool_dir, rank):
         if (rank, plan_id) in state.stacks:
             continue
@@ -385,25 +398,82 @@ def _attempt(
         state.retries.pop(key, None)
 
 
-def _completed_windows(spool_dir: Path, rank: int) -> list[str]:
+def _window_ids(spool_dir: Path, rank: int) -> Iterator[str]:
     folder = spool.rank_dir(spool_dir, rank) / "windows"
-    if not folder.is_dir():
-        return []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in folder.iterdir():
+            yield entry.name
+
+
+def _stack_ids(spool_dir: Path, rank: int) -> Iterator[str]:
+    for entry in (spool.rank_dir(spool_dir, rank) / "stacks").glob("*.json"):
+        yield entry.stem
+
+
+def _completed_windows(spool_dir: Path, rank: int) -> list[str]:
+    """Windows the hook has finished and the agent has not uploaded."""
     return sorted(
-        entry.name
-        for entry in folder.iterdir()
-        if (entry / spool.HOOK_META).is_file() and not (entry / UPLOADED_MARKER).exists()
+        plan_id
+        for plan_id in _window_ids(spool_dir, rank)
+        if (spool.window_dir(spool_dir, rank, plan_id) / spool.HOOK_META).is_file()
+        and not spool.uploaded_window_mark(spool_dir, rank, plan_id).exists()
     )
 
 
 def _stack_dumps(spool_dir: Path, rank: int) -> list[str]:
-    folder = spool.rank_dir(spool_dir, rank) / "stacks"
-    if not folder.is_dir():
-        return []
     return sorted(
-        entry.stem
-        for entry in folder.glob("*.json")
-        if not (folder / f".{entry.stem}{UPLOADED_MARKER}").exists()
+        plan_id
+        for plan_id in _stack_ids(spool_dir, rank)
+        if not spool.uploaded_stacks_mark(spool_dir, rank, plan_id).exists()
+    )
+
+
+def _remove_uploaded(spool_dir: Path, rank: int, state: AgentState) -> None:
+    """Remove what was uploaded and recorded but is still in the spool (an agent stopped
+    between its record and the removal)."""
+    for plan_id in list(_window_ids(spool_dir, rank)):
+        if ("window", rank, plan_id) not in state.kept and (
+            spool.uploaded_window_mark(spool_dir, rank, plan_id).exists()
+        ):
+            _remove_window(spool_dir, rank, plan_id, state)
+    for plan_id in list(_stack_ids(spool_dir, rank)):
+        if ("stacks", rank, plan_id) not in state.kept and (
+            spool.uploaded_stacks_mark(spool_dir, rank, plan_id).exists()
+        ):
+            _remove_stacks(spool_dir, rank, plan_id, state)
+
+
+def _remove_window(spool_dir: Path, rank: int, plan_id: str, state: AgentState) -> None:
+    """Remove an uploaded window from the spool (its trace is MBs): possible whatever user
+    wrote it, as the hook makes its folders writable by all."""
+    folder = spool.window_dir(spool_dir, rank, plan_id)
+    try:
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+    except FileNotFoundError:
+        return  # gone already
+    except OSError as exc:
+        _keep(state, ("window", rank, plan_id), folder, exc)
+
+
+def _remove_stacks(spool_dir: Path, rank: int, plan_id: str, state: AgentState) -> None:
+    dump = spool.stacks_file(spool_dir, rank, plan_id)
+    try:
+        for path in (spool.flight_recorder_file(spool_dir, rank, plan_id), dump):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    except OSError as exc:
+        _keep(state, ("stacks", rank, plan_id), dump, exc)
+
+
+def _keep(state: AgentState, key: tuple[str, int, str], path: Path, exc: OSError) -> None:
+    state.kept.add(key)
+    log.warning(
+        "rank %d: cannot remove %s from the spool after its upload (%s); it stays there",
+        key[1],
+        path,
+        exc,
     )
 
 
@@ -452,7 +522,10 @@ def _process(
     state.processed.add((rank, plan_id))
     state.final[(rank, plan_id)] = status
     state.last_status[rank] = (status.model_dump_json(), time.monotonic())
-    _mark(spool.window_dir(spool_dir, rank, plan_id) / UPLOADED_MARKER, storage.uri, status)
+    mark = spool.uploaded_window_mark(spool_dir, rank, plan_id)
+    if _mark(mark, storage.uri, status):
+        _remove_window(spool_dir, rank, plan_id, state)
+        _prune_records(mark.parent, lambda plan: spool.window_dir(spool_dir, rank, plan).exists())
 
 
 def _stacks(
@@ -466,27 +539,43 @@ def _stacks(
     keys = upload_stacks(spool_dir, rank, plan_id, storage)
     log.info("rank %d: stack dump of plan %s uploaded (%s)", rank, plan_id, ", ".join(keys))
     state.stacks.add((rank, plan_id))
-    _mark(
-        spool.stacks_file(spool_dir, rank, plan_id).with_name(f".{plan_id}{UPLOADED_MARKER}"),
-        storage.uri,
-    )
+    mark = spool.uploaded_stacks_mark(spool_dir, rank, plan_id)
+    if _mark(mark, storage.uri):
+        _remove_stacks(spool_dir, rank, plan_id, state)
+        _prune_records(mark.parent, lambda plan: spool.stacks_file(spool_dir, rank, plan).exists())
 
 
-def _mark(path: Path, uri: str, status: WorkerStatus | None = None) -> None:
-    """Remember across agent restarts that this was uploaded, and the outcome (best effort:
-    memory suffices while the agent lives)."""
+def _mark(path: Path, uri: str, status: WorkerStatus | None = None) -> bool:
+    """Remember across agent restarts that this was uploaded, and the outcome; False when the
+    record cannot be written (the files then stay in the spool: memory suffices while the
+    agent lives, and a restarted agent uploads them again)."""
     record: dict[str, Any] = {"storage": uri, "time_unix": time.time()}
     if status is not None:
         record["status"] = status.model_dump(mode="json")
     try:
-        spool.write_json_atomic(path, record)
+        spool.write_json_atomic(path, record, dir_mode=spool.AGENT_DIR_MODE)
     except OSError as exc:
         log.warning("cannot write %s (%s); it will be uploaded again after a restart", path, exc)
+        return False
+    return True
+
+
+def _prune_records(folder: Path, files_remain: Callable[[str], bool]) -> None:
+    """Keep the KEPT_RECORDS newest upload records of `folder`, and those whose files remain in
+    the spool (they keep those files from being uploaded again)."""
+    try:
+        records = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    except OSError:
+        return  # one vanished meanwhile: next time
+    for record in records[KEPT_RECORDS:]:
+        if not files_remain(record.stem):
+            with contextlib.suppress(OSError):
+                record.unlink()
 
 
 def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | None:
     """The status a previous agent recorded for a processed window."""
-    record = spool.read_json(spool.window_dir(spool_dir, rank, plan_id) / UPLOADED_MARKER)
+    record = spool.read_json(spool.uploaded_window_mark(spool_dir, rank, plan_id))
     if not isinstance(record, dict) or not isinstance(record.get("status"), dict):
         return None
     try:

@@ -23,6 +23,7 @@ environment variables are set.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -398,7 +399,7 @@ class Hook:
             return
         folder = spool.window_dir(self.spool_dir, self.rank, plan.id)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            spool.make_dirs(folder)
         except OSError as exc:
             error = f"cannot write to the spool {self.spool_dir}: {exc}"
             self._log_once(f"spool:{exc}", f"capture {plan.id} not started: {error}")
@@ -415,12 +416,25 @@ class Hook:
             self._log_once(
                 f"replaced:{replaced[0].id}", f"plan {replaced[0].id} was replaced by {plan.id}"
             )
+            self._remove_empty_window(replaced[0].id)
+
+    def _remove_empty_window(self, plan_id: str) -> None:
+        """The folder made for a plan that never started: nothing will fill or remove it."""
+        with contextlib.suppress(OSError):  # not empty (an earlier process' window), or gone
+            os.rmdir(spool.window_dir(self.spool_dir, self.rank, plan_id))
 
     def _already_answered(self, plan: HookPlan) -> bool:
-        """A plan answered before this process started (a restarted container, same spool)."""
+        """A plan answered before this process started (a restarted container, same spool):
+        its files are in the spool, or the agent recorded that it uploaded them."""
+        rank, plan_id = self.rank, plan.id
         if plan.action == "stacks":
-            return spool.stacks_file(self.spool_dir, self.rank, plan.id).exists()
-        return (spool.window_dir(self.spool_dir, self.rank, plan.id) / spool.HOOK_META).exists()
+            return (
+                spool.stacks_file(self.spool_dir, rank, plan_id).exists()
+                or spool.uploaded_stacks_mark(self.spool_dir, rank, plan_id).exists()
+            )
+        return (spool.window_dir(self.spool_dir, rank, plan_id) / spool.HOOK_META).exists() or (
+            spool.uploaded_window_mark(self.spool_dir, rank, plan_id).exists()
+        )
 
     def _dump_stacks(self, plan: HookPlan) -> None:
         dump = {

@@ -49,19 +49,38 @@ Standard library only: the hook imports this module inside training processes.
     heartbeat.json also carries "blocked_in": {"file", "line", "function", "collective"} once
     the training thread's step is 2 s late: its innermost frame, and the public
     torch.distributed call it is inside (null when none).
+    <spool>/agent/rank-<R>/windows/<plan_id>.json
+    <spool>/agent/rank-<R>/stacks/<plan_id>.json
+        The agent's record that it uploaded that window (with its outcome, the worker status)
+        or that stack dump: {"storage", "time_unix", "status"?}. The agent writes these in a
+        folder of its own and then removes the window's or the dump's files from the spool; the
+        hook takes a plan with such a record as answered, as it does one with hook.json or a
+        stack dump.
+
+Permissions: the training and the agent usually run as different users (a training image's
+root, the perfdiag image's 10001). Every folder the hook creates is made rwx for everyone
+(DIR_MODE, set with chmod after mkdir so that the umask does not apply; no sticky bit), so
+that the agent can remove what it has uploaded, and every file it writes is made readable by
+everyone (FILE_MODE). Folders that already exist are left as they are. The agent's own folder
+is readable by everyone (AGENT_DIR_MODE), for the hook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, List
 
 HEARTBEAT = "heartbeat.json"
 TRACE = "trace.json"
 HOOK_META = "hook.json"
+AGENT_DIR = "agent"
+DIR_MODE = 0o777
+FILE_MODE = 0o644
+AGENT_DIR_MODE = 0o755
 
 
 def rank_dir(spool: Path, rank: int) -> Path:
@@ -80,6 +99,35 @@ def flight_recorder_file(spool: Path, rank: int, plan_id: str) -> Path:
     return rank_dir(spool, rank) / "stacks" / f"{plan_id}.fr.pkl"
 
 
+def uploaded_window_mark(spool: Path, rank: int, plan_id: str) -> Path:
+    """The agent's record that it uploaded the window of `plan_id` (see the module doc)."""
+    return spool / AGENT_DIR / f"rank-{rank}" / "windows" / f"{plan_id}.json"
+
+
+def uploaded_stacks_mark(spool: Path, rank: int, plan_id: str) -> Path:
+    """The agent's record that it uploaded the stack dump of `plan_id`."""
+    return spool / AGENT_DIR / f"rank-{rank}" / "stacks" / f"{plan_id}.json"
+
+
+def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
+    """Create `path` and its missing parents, each with exactly `mode` whatever the umask
+    (where the file system keeps modes); folders that exist already are left as they are.
+    Raises OSError like Path.mkdir."""
+    missing: List[Path] = []
+    folder = path
+    while not folder.is_dir() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+            continue  # made meanwhile by another process (a rank): it sets the mode
+        _chmod(folder, mode)
+
+
 def ranks_in(spool: Path) -> list[int]:
     ranks = []
     if spool.is_dir():
@@ -89,22 +137,34 @@ def ranks_in(spool: Path) -> list[int]:
     return sorted(ranks)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, dir_mode: int = DIR_MODE) -> None:
     """Write JSON through a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     text = json.dumps(data)  # the C encoder; json.dump would encode in Python
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, text.encode(), dir_mode)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_bytes_atomic(path: Path, data: bytes, dir_mode: int = DIR_MODE) -> None:
+    """Write `data` through a temp file and rename; the file gets FILE_MODE, its missing
+    folders `dir_mode`."""
+    make_dirs(path.parent, dir_mode)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with open(fd, "wb") as fh:
+        _chmod(fd, FILE_MODE)  # the umask applied at creation
         fh.write(data)
     os.replace(tmp, path)
+
+
+def readable_by_all(path: Path) -> None:
+    """Give a file the hook did not write itself (torch's trace export) FILE_MODE."""
+    _chmod(path, FILE_MODE)
+
+
+def _chmod(target: Any, mode: int) -> None:
+    """Best effort: a file system without modes (or one that refuses them) still takes the
+    files; only another user's agent could then not remove them."""
+    with contextlib.suppress(OSError):
+        os.chmod(target, mode)
 
 
 def read_json(path: Path) -> Any:

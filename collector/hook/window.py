@@ -100,9 +100,10 @@ class CaptureWindow:
         session, self._session = self._session, None
         if session is not None and self.error is None:
             try:
-                self.folder.mkdir(parents=True, exist_ok=True)
+                spool.make_dirs(self.folder)
                 tmp = self.folder / f".{spool.TRACE}.{os.getpid()}.tmp.json"
                 self._export = session.stop_and_export(str(tmp))
+                spool.readable_by_all(tmp)  # torch wrote it under the training's umask
                 os.replace(tmp, self.folder / spool.TRACE)
             except Exception as exc:
                 session.abort()

@@ -250,6 +250,8 @@ def test_notes_tell_the_next_commands() -> None:
     out = helm("install", "pd", str(CHART), "--namespace", RELEASE_NS, "--dry-run=client").stdout
     notes = out.split("NOTES:", 1)[1]
     assert f"kubectl -n {RELEASE_NS} rollout status deployment/pd-perfdiag" in notes
+    # The Secret comes first: the rollout cannot finish before the operator has it.
+    assert notes.index("create secret generic") < notes.index("rollout status")
     assert "storage.uri is empty" in notes
     assert "perfdiag.io/inject" in notes
     configured = helm(

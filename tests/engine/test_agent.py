@@ -15,7 +15,6 @@ from perfdiag.api.schema import EVENTS_SCHEMA_ID, SUMMARY_SCHEMA_ID, read_meta
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.cli import main as cli_main
 from perfdiag.collector.agent import (
-    UPLOADED_MARKER,
     AgentState,
     _plan_file_id,
     process_window,
@@ -122,14 +121,48 @@ def test_run_agent_processes_each_window_once(spool_copy: Path, tmp_path: Path) 
     assert state.processed == {(0, "p1")}
     diag = LocalStorage(tmp_path / "store" / "p1")
     assert status_of(diag).phase == "done"
-    marker = json.loads((spool.window_dir(spool_copy, 0, "p1") / UPLOADED_MARKER).read_text())
-    assert marker["status"]["phase"] == "done"
+    record = json.loads(spool.uploaded_window_mark(spool_copy, 0, "p1").read_text())
+    assert record["status"]["phase"] == "done"
+    assert not spool.window_dir(spool_copy, 0, "p1").exists()  # uploaded: out of the spool
     # A restarted agent (fresh memory) neither re-uploads nor downgrades the status.
     diag.delete("workers/0/summary.parquet")
     again = run_agent(spool_copy, base, stop=threading.Event(), once=True)
     assert again.processed == set()
     assert not diag.exists("workers/0/summary.parquet")
     assert status_of(diag).phase == "done"
+
+
+def test_an_uploaded_window_left_in_the_spool_is_removed_not_uploaded(
+    spool_copy: Path, tmp_path: Path
+) -> None:
+    """An agent stopped between its upload record and the removal: the next one removes the
+    window's files, uploads nothing again and reports the recorded outcome."""
+    window = spool.window_dir(spool_copy, 0, "p1")
+    done = WorkerStatus(rank=0, plan_id="p1", phase="done", updated_unix=1.0, files=["f"])
+    record = {"storage": "x", "time_unix": 1.0, "status": done.model_dump(mode="json")}
+    spool.write_json_atomic(spool.uploaded_window_mark(spool_copy, 0, "p1"), record)
+    store = LocalStorage(tmp_path / "store")
+    state = run_agent(spool_copy, store, stop=threading.Event(), once=True)
+    assert state.processed == set() and state.kept == set()
+    assert not window.exists()
+    diag = LocalStorage(tmp_path / "store" / "p1")
+    assert not diag.exists("workers/0/summary.parquet")
+    assert status_of(diag).phase == "done" and status_of(diag).files == ["f"]
+
+
+def test_an_uploaded_stack_dump_leaves_the_spool(spool_copy: Path, tmp_path: Path) -> None:
+    dump = {"rank": 0, "pid": 1, "host": "h", "time_unix": 1.0, "step": 8, "threads": []}
+    spool.write_json_atomic(spool.stacks_file(spool_copy, 0, "s1"), dump)
+    spool.write_bytes_atomic(spool.flight_recorder_file(spool_copy, 0, "s1"), b"pickle")
+    state = run_agent(
+        spool_copy, LocalStorage(tmp_path / "store"), stop=threading.Event(), once=True
+    )
+    assert (0, "s1") in state.stacks
+    stored = LocalStorage(tmp_path / "store" / "s1")
+    assert json.loads(stored.get_text("workers/0/stacks.json")) == dump
+    assert stored.get_bytes("workers/0/flight_recorder.pkl") == b"pickle"
+    assert spool.uploaded_stacks_mark(spool_copy, 0, "s1").is_file()
+    assert list((spool.rank_dir(spool_copy, 0) / "stacks").iterdir()) == []
 
 
 def test_heartbeats_follow_the_plan_file_and_phase(spool_copy: Path, tmp_path: Path) -> None:

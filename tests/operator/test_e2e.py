@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from perfdiag.collector.hook import spool
 from perfdiag.storage import open_storage
 from perfdiag_testing.fault_suite import FAULT_JOB
 from tests.operator.e2e_support import (
@@ -54,6 +55,10 @@ def test_kubectl_apply_to_verdict(
             obj = wait_ready(cluster, ns, "why-slow")
         elapsed = time.monotonic() - started
         ran_from_image = _ran_from_image(training, perfdiag_image)
+        plan_id = obj["status"]["window"]["planId"]
+        left = cluster.wait_for(
+            lambda: _all_uploaded(training, plan_id), "the agents to empty the spools", timeout=30
+        )
         table = cluster.kubectl("get", "pdiag", "-n", ns).stdout
         wide = cluster.kubectl("get", "pdiag", "why-slow", "-n", ns, "-o", "wide").stdout
         events = cluster.events(ns, "why-slow")
@@ -96,12 +101,29 @@ def test_kubectl_apply_to_verdict(
     # The step rate was measured first: every rank captured the same steps, planned ahead.
     assert status["window"]["startStep"] > status["watch"]["step"] > 0, status
     assert status["watch"]["stepsPerSecond"] > 0, status["watch"]
+    # The training (root) wrote the windows, the agents (the image's 10001) uploaded them,
+    # recorded it in their own folder and removed them: the spools keep nothing uploaded.
+    assert [(rank, uid) for _pod, rank, uid in left] == [(r, 10001) for r in range(4)], left
     # perfdiag's containers ran from the image, the training with its own Python.
     assert ran_from_image == {
         **{(pod, c): True for pod in training.pods for c in ("perfdiag-hook", "perfdiag-agent")},
         **{(pod, "pytorch"): False for pod in training.pods},
         ("analyzer", "analyzer"): True,
     }, ran_from_image
+
+
+def _all_uploaded(training: Any, plan_id: str) -> list[tuple[str, int, int]] | None:
+    """(pod, rank, owner of its upload record) once no rank's window of `plan_id` is left in
+    the spools and each has its record; else None."""
+    found = []
+    for pod in training.pods:
+        folder = training.spool_of(pod)
+        for rank in spool.ranks_in(folder):
+            record = spool.uploaded_window_mark(folder, rank, plan_id)
+            if spool.window_dir(folder, rank, plan_id).exists() or not record.exists():
+                return None
+            found.append((pod, rank, record.stat().st_uid))
+    return sorted(found, key=lambda row: row[1])
 
 
 def _ran_from_image(training: Any, image: Any) -> dict[tuple[str, str], bool]:
