@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import time
+from typing import Any
 
 import pytest
 
@@ -197,22 +198,12 @@ def test_a_process_moved_into_a_cpu_limited_cgroup_is_followed() -> None:
     assert all(b >= a for a, b in itertools.pairwise(throttled))
 
 
-def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> None:
-    """A rank whose DataLoader workers (child processes) compute: their CPU time is the
-    process's children's, and stays in the total once a worker has exited. Each worker burns
-    a fixed 0.3 s of CPU time (not of wall time: the same however busy the host is), then
-    idles long enough for the sampler to read it, then exits."""
+def _sampled_rank(code: str) -> dict[tuple[str, str], Any]:
+    """The sampler's series of a rank process running `code`, which starts its work once it
+    reads a line on stdin (sent when the sampler runs) and exits by itself."""
     import subprocess
     import sys
 
-    code = (
-        "import subprocess, sys, time\n"
-        "sys.stdin.readline()\n"  # started once the sampler runs
-        "busy = 'import time\\nwhile time.process_time() < 0.3: pass\\ntime.sleep(0.5)'\n"
-        "workers = [subprocess.Popen([sys.executable, '-c', busy]) for _ in range(2)]\n"
-        "for w in workers: w.wait()\n"
-        "time.sleep(0.3)\n"
-    )
     rank = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
     sampler = HardwareSampler(pids={0: rank.pid}, use_gpu=False)
     sampler.start()
@@ -225,7 +216,24 @@ def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> No
     finally:
         sampler.stop()
         rank.kill()
-    series = {(s.metric, s.device): s for s in sampler.samples()}
+    return {(s.metric, s.device): s for s in sampler.samples()}
+
+
+def test_a_ranks_child_processes_are_sampled_and_counted_after_they_exit() -> None:
+    """A rank whose DataLoader workers (child processes) compute: their CPU time is the
+    process's children's, and stays in the total once a worker has exited. Each worker burns
+    a fixed 0.3 s of CPU time (not of wall time: the same however busy the host is), then
+    idles long enough for the sampler to read it, then exits."""
+
+    code = (
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"  # started once the sampler runs
+        "busy = 'import time\\nwhile time.process_time() < 0.3: pass\\ntime.sleep(0.5)'\n"
+        "workers = [subprocess.Popen([sys.executable, '-c', busy]) for _ in range(2)]\n"
+        "for w in workers: w.wait()\n"
+        "time.sleep(0.3)\n"
+    )
+    series = _sampled_rank(code)
     run = list(series[("children_cpu_run_ns", "rank0")].values)
     assert ("children_runqueue_wait_ns", "rank0") in series
     # Two workers of at least 0.3 s of CPU each, both gone before the last sample.
@@ -265,8 +273,6 @@ def test_pytorchs_own_threads_are_counted_apart_from_the_others() -> None:
     """A rank whose autograd engine thread (PyTorch names it pt_autograd_<device>) computes:
     its CPU time is PyTorch's threads' and the process's, while a user's busy thread counts in
     the process's total only. Each thread burns a fixed 0.3 s of its own CPU time."""
-    import subprocess
-    import sys
 
     code = (
         "import sys, threading, time\n"
@@ -282,19 +288,7 @@ def test_pytorchs_own_threads_are_counted_apart_from_the_others() -> None:
         "for t in threads: t.start()\n"
         "for t in threads: t.join()\n"
     )
-    rank = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
-    sampler = HardwareSampler(pids={0: rank.pid}, use_gpu=False)
-    sampler.start()
-    try:
-        time.sleep(0.2)
-        assert rank.stdin is not None
-        rank.stdin.write("\n")
-        rank.stdin.flush()
-        rank.wait(timeout=60)
-    finally:
-        sampler.stop()
-        rank.kill()
-    series = {(s.metric, s.device): s for s in sampler.samples()}
+    series = _sampled_rank(code)
     torch_run = list(series[("torch_threads_cpu_run_ns", "rank0")].values)
     process_run = list(series[("process_cpu_run_ns", "rank0")].values)
     torch_cpu = torch_run[-1] - torch_run[0]
