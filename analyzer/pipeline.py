@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -50,7 +51,7 @@ from perfdiag.analyzer.signals.hardware import (
 from perfdiag.analyzer.signals.host_usage import cpu_wait_matrix
 from perfdiag.analyzer.signals.user_frame import (
     EventsReader,
-    excess_frame,
+    excess_frames,
     is_user_frame,
     user_frame,
 )
@@ -109,10 +110,10 @@ def analyze_capture(
         host.host_load if host is not None else None,
     )
     capture.notes.extend(chance)
-    anomalies, shared = without_shared_host_resources(
-        anomalies, {rank: meta.host for rank, meta in capture.metas.items()}
-    )
-    capture.notes.extend(shared)
+    if anomalies:  # each rank's host, for the few captures with a resource anomaly
+        hosts = dict(zip(capture.metas.ranks.tolist(), capture.metas.hosts(), strict=True))
+        anomalies, shared = without_shared_host_resources(anomalies, hosts)
+        capture.notes.extend(shared)
     speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
     deviations, fusion = _culprits(
         capture.summary, features, groups, limits, anomalies + speed, cpu, host
@@ -127,7 +128,7 @@ def analyze_capture(
     if note is not None:
         capture.notes.insert(0, note)
     collectives = analyze_collectives(capture.collectives, features, groups, limits)
-    has_gpu = any(m.has_gpu for m in capture.metas.values())
+    has_gpu = capture.metas.any_gpu()
     violations = check_expected_ranges(
         capture.summary, features, groups, fusion, limits, has_gpu=has_gpu
     )
@@ -198,7 +199,7 @@ def _name_user_frames(
     fusion: Fusion,
     features: Features,
     groups: PeerGroups,
-    metas: dict[int, WorkerMeta],
+    metas: Mapping[int, WorkerMeta],
     read_events: EventsReader,
     notes: list[str],
 ) -> Fusion:
@@ -220,7 +221,7 @@ def _with_user_frame(
     worker: SlowWorker,
     features: Features,
     groups: PeerGroups,
-    metas: dict[int, WorkerMeta],
+    metas: Mapping[int, WorkerMeta],
     read_events: EventsReader,
     named: set[int],
     notes: list[str],
@@ -234,6 +235,7 @@ def _with_user_frame(
     nw = features.non_wait_index
     peers = [int(p) for p in groups.members(worker.group).tolist() if p not in named]
     found: str | None = None
+    callers: tuple[str, ...] = ()
     try:
         if peers:
             # A typical peer: the median one by time outside communication.
@@ -244,7 +246,7 @@ def _with_user_frame(
                 # Frames hold wall time: held against the rank's extra own time in wall
                 # time too (its excess may count extra computation at a busy host's toll).
                 own = worker.own_excess_ms
-                found = excess_frame(
+                path = excess_frames(
                     events,
                     metas[worker.rank].window.steps,
                     peer_events,
@@ -252,6 +254,8 @@ def _with_user_frame(
                     min(worker.excess_ms, own) if own > 0 else worker.excess_ms,
                     worker.step_ms,
                 )
+                if path:
+                    found, callers = path[-1], path[:-1]
         if (
             found is None
             and top.function is not None
@@ -262,7 +266,7 @@ def _with_user_frame(
             found = user_frame(events, top.function, enclosing=enclosing)
     except (pa.ArrowException, KeyError, ValueError) as exc:
         notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
-    return replace(worker, user_function=found)
+    return replace(worker, user_function=found, user_callers=callers)
 
 
 def _culprits(
@@ -308,7 +312,10 @@ def run_analysis(
     if root is not None and not root.parent.is_dir():
         raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
     capture = load_capture(storage, say, jobs)
+    target = out or storage
+    seconds: dict[str, float] = {}  # writing time of each file, for the progress line
     try:
+        started = time.monotonic()
         analysis = analyze_capture(
             capture,
             thresholds,
@@ -317,13 +324,18 @@ def run_analysis(
             read_hardware=_hardware_reader(storage, capture),
             read_events=_events_reader(storage, capture),
         )
+        say(f"compared {len(capture.metas)} workers in {time.monotonic() - started:.1f} s")
         from perfdiag.analyzer.report.html import render_report
-
-        target = out or storage
-        target.put_text(layout.REPORT, render_report(analysis))
         from perfdiag.analyzer.report.timeline import build_timeline
 
-        target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage))
+        _timed(
+            seconds, layout.REPORT, lambda: target.put_text(layout.REPORT, render_report(analysis))
+        )
+        _timed(
+            seconds,
+            layout.TIMELINE,
+            lambda: target.put_bytes(layout.TIMELINE, build_timeline(analysis, storage)),
+        )
     finally:
         capture.close()  # the timeline was the last to read its temporary files
     verdict = analysis.verdict
@@ -334,9 +346,19 @@ def run_analysis(
         breakdown = Breakdown(ranks={str(r): b for r, b in sorted(capture.breakdown.items())})
         target.put_text(layout.BREAKDOWN, breakdown.to_json())
     # verdict.json last: its presence tells readers the analysis is complete.
-    target.put_text(layout.VERDICT, verdict.to_json())
+    _timed(seconds, layout.VERDICT, lambda: target.put_text(layout.VERDICT, verdict.to_json()))
+    say(
+        f"wrote in {sum(seconds.values()):.1f} s: "
+        + ", ".join(f"{name} {taken:.1f} s" for name, taken in seconds.items())
+    )
     say(_wrote_line(target, breakdown=bool(capture.breakdown)))
     return verdict
+
+
+def _timed(seconds: dict[str, float], name: str, write: Callable[[], None]) -> None:
+    started = time.monotonic()
+    write()
+    seconds[name] = time.monotonic() - started
 
 
 def _wrote_line(target: Storage, *, breakdown: bool) -> str:
@@ -355,7 +377,7 @@ def _wrote_line(target: Storage, *, breakdown: bool) -> str:
 
 def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
     def read(rank: int) -> pa.Table | None:
-        key = capture.hardware_keys.get(rank)
+        key = capture.hardware_key(rank)
         if key is None:
             return None
         from perfdiag.engine.parquet_io import table_from_bytes
@@ -378,6 +400,8 @@ def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
         from perfdiag.engine.parquet_io import table_from_bytes
 
         key = layout.worker_key(rank, layout.EVENTS)
+        if not capture.may_have_events(rank):
+            return None  # raw events not kept: the contributor's own name stands
         try:
             return table_from_bytes(storage.get_bytes(key))
         except StorageNotFound:

@@ -11,7 +11,9 @@ folder, in one run — wall time, CPU time of the process and its children, peak
   and `get_temporal_breakdown(visualize=False)` (its Python: hta_env.py), imports included.
 
 Sets: `shared`, the two largest shared HTA traces (trace_diff control + test: 35 + 33 MB of
-JSON, gzipped) as ranks 0 and 1; `synthetic`, `--ranks` ranks of `--mb` MB of JSON each (about:
+JSON, gzipped) as ranks 0 and 1; `gpt2`, the two GPT-2 pairs of ../shared/traces/gpu-gpt2
+(healthy/ and fp32-rank1/: 2 ranks of 30–35 MB of JSON each, as perfdiag's hook wrote them on
+an H200); `synthetic`, `--ranks` ranks of `--mb` MB of JSON each (about:
 the step count is sized from a 2-step probe), gzipped, written by perfdiag_testing.synthetic_trace
 into ~/.cache/perfdiag/bench-traces (kept for the next run). `--scaling` adds synthetic sets of
 2, 4 and `--ranks` ranks at `--mb`, and 2 ranks at twice `--mb`.
@@ -51,6 +53,7 @@ SHARED = [
     SHARED_TRACES / "trace_diff" / "control" / "control.json.gz",
     SHARED_TRACES / "trace_diff" / "test" / "test.json.gz",
 ]
+GPT2 = SHARED_TRACES.parent / "gpu-gpt2"
 CACHE = Path.home() / ".cache" / "perfdiag" / "bench-traces"
 
 # HTA parses ranks in worker processes: the script must be a file with a main guard.
@@ -199,7 +202,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis 0.5.0")
     parser.add_argument("--no-hta", action="store_true", help="measure perfdiag alone")
-    parser.add_argument("--sets", default="shared,synthetic")
+    parser.add_argument("--sets", default="shared,gpt2,synthetic")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=50.0)
     parser.add_argument("--scaling", action="store_true")
@@ -219,6 +222,8 @@ def main() -> None:
     sets: list[tuple[str, Path | None]] = []
     if "shared" in args.sets:
         sets.append(("shared HTA traces", None))
+    if "gpt2" in args.sets:
+        sets += [(f"GPT-2 {name}", GPT2 / name) for name in ("healthy", "fp32-rank1")]
     if "synthetic" in args.sets:
         sets.append((f"synthetic {args.ranks}×{args.mb:g} MB", synthetic(args.ranks, args.mb)))
     if args.scaling:

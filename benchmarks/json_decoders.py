@@ -69,12 +69,12 @@ print(json.dumps(out))
 
 def scanner(path: Path, repeat: int) -> float:
     from perfdiag.engine.kineto.fast_reader import read_stream
-    from perfdiag.engine.kineto.parse import _COMM_CALL_PREFIXES
+    from perfdiag.engine.kineto.parse import COMM_CALL_PREFIXES
 
     best = float("inf")
     for _ in range(repeat):
         t = time.process_time()
-        found = read_stream(path, _COMM_CALL_PREFIXES)
+        found = read_stream(path, COMM_CALL_PREFIXES)
         best = min(best, time.process_time() - t)
         assert found is not None, f"{path}: not read by the fast reader"
         del found

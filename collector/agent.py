@@ -11,7 +11,9 @@ only what is not uploaded yet, whatever the number of diagnoses. It never writes
 folders: the training often runs as another user (root) than the agent (10001).
 
 A sidecar writes the files of plan P under `<storage>/<P>/` (one diagnosis = one prefix); the
-local runner calls `process_window` with the diagnosis' own storage.
+local runner calls `process_window` with the diagnosis' own storage. On Kubernetes it also
+follows its pod's plan in storage (collector/pod_plan.py) and mirrors it into the spool, where
+the hooks read it without waiting for the kubelet's refresh of the downward-API file.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from perfdiag.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from perfdiag.collector.hardware import HardwareSampler, Series
+    from perfdiag.collector.pod_plan import PodPlanFollower
 
 log = logging.getLogger("perfdiag.agent")
 
@@ -240,6 +243,7 @@ def run_agent(
     once: bool = False,
     state: AgentState | None = None,
     sample_hardware: bool = True,
+    pod_plan: PodPlanFollower | None = None,
 ) -> AgentState:
     """Follow the spool until `stop` is set (or one pass when `once`).
 
@@ -253,8 +257,16 @@ def run_agent(
     With `sample_hardware` (and not `once`), the hardware sampler runs from the moment a rank
     arms a window until every such window is processed; each worker's samples go into its
     hardware.parquet and its summary's resource μ/σ.
+    `pod_plan`: follow the pod's plan in storage on a thread of its own (one read when `once`),
+    mirrored into the spool for the hooks; its mirror is removed when the loop stops, so that
+    the hooks read the kubelet's file at once.
     """
     state = state or AgentState()
+    if pod_plan is not None:
+        if once:
+            pod_plan.poll_once()
+        else:
+            pod_plan.start(stop)
     backoff = RetryPolicy(initial_delay_s=1.0, max_delay_s=max_backoff_s)
     destinations: dict[str, Storage] = {}
 
@@ -284,6 +296,10 @@ def run_agent(
             if state.sampler is not None:
                 state.sampler.stop()
                 state.sampler = None
+            if pod_plan is not None and not once:
+                from perfdiag.collector.pod_plan import remove_mirror
+
+                remove_mirror(spool_dir)
             return state
 
 
@@ -586,7 +602,8 @@ def _marked_outcome(spool_dir: Path, rank: int, plan_id: str) -> WorkerStatus | 
 
 def _plan_file_id(plan_file: Path) -> str | None:
     """The id of the plan in the plan file (the plan JSON; in a pod, the plan annotation as the
-    downward API projects it, empty when there is none), as the hook reads it."""
+    downward API projects it, or the agent's copy of it, empty when there is none), as the hook
+    reads it."""
     from perfdiag.collector.hook.plan import PlanError, parse_plan, plan_json
 
     try:
@@ -600,10 +617,12 @@ def _plan_file_id(plan_file: Path) -> str | None:
 
 
 def _current_plan(spool_dir: Path, rank: int, plan_file: Path | None) -> str | None:
-    """The plan whose status to upload: the plan file's (a `watch` plan is only there: the hook
-    names the plans it captures for in its heartbeat), else the heartbeat's."""
-    if plan_file is not None:
-        plan_id = _plan_file_id(plan_file)
+    """The plan whose status to upload: the one the hooks read (a `watch` plan is only there:
+    the hook names the plans it captures for in its heartbeat; the agent's fresh copy of the
+    pod's plan, else the plan file: spool.plan_source), else the heartbeat's."""
+    source = spool.plan_source(spool_dir, plan_file, time.time())
+    if source is not None:
+        plan_id = _plan_file_id(source)
         if plan_id is not None:
             return plan_id
     plan_id = _heartbeat(spool_dir, rank).get("plan_id")

@@ -12,6 +12,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from perfdiag.api.diagnosis import API_VERSION, KIND
@@ -109,18 +110,38 @@ class JobState:
     outcome: JobOutcome
     reason: str = ""
     message: str = ""
+    started: datetime | None = None  # status.startTime
+    finished: datetime | None = None  # completionTime, else when the Failed condition came
+
+
+def _time(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API (`2026-11-26T10:00:00Z`), None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def job_state(job: Mapping[str, Any]) -> JobState:
-    """Running, succeeded or failed (with the Job controller's reason and message)."""
+    """Running, succeeded or failed (with the Job controller's reason and message), and when it
+    started and ended."""
     status = job.get("status") or {}
+    started = _time(status.get("startTime"))
     for cond in status.get("conditions") or []:
         if cond.get("status") != "True":
             continue
+        ended = _time(status.get("completionTime")) or _time(cond.get("lastTransitionTime"))
         if cond.get("type") == "Complete":
-            return JobState("succeeded")
+            return JobState("succeeded", started=started, finished=ended)
         if cond.get("type") == "Failed":
             return JobState(
-                "failed", str(cond.get("reason") or "Failed"), str(cond.get("message") or "")
+                "failed",
+                str(cond.get("reason") or "Failed"),
+                str(cond.get("message") or ""),
+                started=started,
+                finished=ended,
             )
-    return JobState("running")
+    return JobState("running", started=started)

@@ -16,8 +16,16 @@ With spec.trigger, a `watch` plan goes first: the hooks report their mean step t
 rule's steps, the agents upload it with their status, and the slowdown rule (perfdiag.api.slowdown,
 its state kept in status.watch) judges the job's slowest rank at every pass. When it fires, the
 capture plan begins at a step ahead of the ranks (`start_step`: every rank captures the same
-steps, whenever its downward-API file shows the plan), and what fired is written into the
-capture as trigger.json (the verdict carries it).
+steps, whenever the plan reaches it), and what fired is written into the capture as
+trigger.json (the verdict carries it).
+
+A plan reaches the ranks two ways: the pods' plan annotation, which the kubelet projects into
+the downward-API file the hooks read (at its own pace, up to its 60–90 s periodic resync), and
+the pods' plan objects in storage, which the agents read every `--plan-poll` seconds (5) and mirror for the hooks
+(collector/pod_plan.py). The lead (`capture_lead`) covers the slower way any target pod
+depends on: settings.DEFAULT_CAPTURE_LEAD_SECONDS when every pod's agent follows its plan in
+storage, settings.KUBELET_CAPTURE_LEAD_SECONDS otherwise; it is counted from the ranks' step
+extrapolated to now (`step_now`), so the age of the statuses the operator read needs no lead.
 
 Without a trigger (a one-shot capture) the same watch plan goes first, only to measure the
 ranks' step rate (condition reason MeasuringStepRate): the capture plan then begins the lead
@@ -61,10 +69,11 @@ from perfdiag.api.stall import StallPolicy, progress_from_mapping, stuck_ranks
 from perfdiag.api.verdict import Finding, Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
-from perfdiag.operator.injection import injected, training_container_index
+from perfdiag.operator.injection import follows_pod_plan, injected, training_container_index
 from perfdiag.operator.settings import (
     DEFAULT_CAPTURE_LEAD_SECONDS,
     INJECT_LABEL,
+    KUBELET_CAPTURE_LEAD_SECONDS,
     PLAN_ANNOTATION,
     PREFIX,
 )
@@ -83,8 +92,13 @@ RATE_STEPS = 10
 """Steps per mean step time in the watch plan of a one-shot capture (it measures the rate)."""
 RATE_WAIT_S = 120.0
 """How long a one-shot capture waits for the ranks' step rate before it sends its plan without
-a start step: the watch plan reaches a pod at the kubelet's next sync of its downward-API file
-(within about a minute), then its agent uploads every few seconds."""
+a start step: the watch plan reaches a pod within seconds through its agent, or, for a pod
+injected by an earlier perfdiag, at the kubelet's periodic resync of its downward-API file
+(60–90 s); then its agent uploads every few seconds."""
+MAX_EXTRAPOLATION_S = 30.0
+"""How far past the ranks' last reported step end `step_now` extrapolates: statuses are
+seconds old (the agents upload every 5 s, the operator reads at each recheck); an older one is
+from a job that stalled, whose step must not be pushed far ahead."""
 MEASURING = "MeasuringStepRate"
 ENDED_BEFORE_WINDOW = "EndedBeforeWindow"
 
@@ -105,6 +119,31 @@ def stacks_plan_id(capture_plan: str) -> str:
     """The `stacks` plan sent when workers are stuck; the agents write its dumps under
     <storage>/<namespace>/<this id>/, the operator copies them into the capture's prefix."""
     return f"{capture_plan}{STACKS_SUFFIX}"
+
+
+def namespace_storage(storage_root: str, namespace: str) -> str:
+    """<storage>/<namespace>: the agents' --storage in that namespace; the pods' plan objects
+    (perfdiag.api.plan.pod_plan_key) and the captures' prefixes are under it."""
+    return f"{storage_root.rstrip('/')}/{namespace}"
+
+
+def capture_lead(pods: Sequence[Mapping[str, Any]], lead_seconds: float) -> float:
+    """The lead for a capture on `pods`: `lead_seconds` when every pod's agent follows its plan
+    in storage; else enough for the kubelet's periodic resync of the downward-API file, the
+    only way the plan reaches the others."""
+    if all(follows_pod_plan(pod) for pod in pods):
+        return lead_seconds
+    return max(lead_seconds, KUBELET_CAPTURE_LEAD_SECONDS)
+
+
+def step_now(step: int, step_unix: float | None, rate: float | None, now: datetime) -> int:
+    """The furthest rank's step now: its reported `step`, which ended at `step_unix`, plus the
+    steps run since at `rate` (at most MAX_EXTRAPOLATION_S of them; none without a time or a
+    rate). Never below `step`, so a lead counted from it never begins the window earlier."""
+    if step_unix is None or rate is None or rate <= 0:
+        return step
+    elapsed = min(max(now.timestamp() - step_unix, 0.0), MAX_EXTRAPOLATION_S)
+    return step + int(rate * elapsed)
 
 
 def capture_prefix(storage_root: str, namespace: str, plan: str) -> str:
@@ -555,8 +594,9 @@ def _watching(
     new_watch = watch.model_copy(update=update)
 
     if fired is not None:
-        start = start_step_ahead(step, rate, lead_seconds)
-        plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead_seconds)
+        lead = capture_lead(world.pods, lead_seconds)
+        start = start_step_ahead(step_now(step, step_unix, rate, now), rate, lead)
+        plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead)
         new_watch = new_watch.model_copy(
             update={"slowdown": FiredSlowdown.model_validate(fired.model_dump())}
         )
@@ -621,12 +661,13 @@ def _measuring(
 
     if (rate is not None and rate > 0) or waited >= RATE_WAIT_S:
         if rate is not None and rate > 0:
-            start = start_step_ahead(step, rate, lead_seconds)
-            plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead_seconds)
+            lead = capture_lead(world.pods, lead_seconds)
+            start = start_step_ahead(step_now(step, step_unix, rate, now), rate, lead)
+            plan = capture_plan(spec, capture, now, start_step=start, lead_s=lead)
             message = (
                 f"step rate {rate:.3g} steps/s at step {step} ({len(world.workers)} rank(s) "
                 f"reporting): plan {capture} sent to {len(world.pods)} pod(s): capturing "
-                f"{spec.capture.steps} steps from step {start} ({lead_seconds:g} s ahead) on "
+                f"{spec.capture.steps} steps from step {start} ({lead:g} s ahead) on "
                 f"{expected} rank(s), deadline {plan.deadline:%H:%M:%SZ}"
             )
             kind: Literal["Normal", "Warning"] = "Normal"
@@ -872,6 +913,7 @@ def _finding_summaries(findings: Sequence[Finding]) -> list[FindingSummary]:
             category=f.category,
             function=f.function,
             ranks=list(f.ranks),
+            node=node if isinstance(node := f.evidence.get("node"), str) and node else None,
             severity=f.severity,
             message=f.message,
         )

@@ -12,6 +12,9 @@ Start with `perfdiag operator`, or `kopf run -m perfdiag.operator.handlers --all
   removes its plan from the target pods and deletes its analyzer Job.
 - The pod mutating webhook (perfdiag.operator.webhook) is served when PERFDIAG_WEBHOOK_PORT is
   set (settings.configure_webhook).
+- Prometheus metrics (perfdiag.operator.metrics) are served at /metrics on PERFDIAG_METRICS_PORT
+  when it is set; the per-diagnosis gauges are read at each scrape from a kopf index of every
+  PerfDiagnosis (kept by kopf from its watch: nothing is remembered between scrapes).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION, PerfDiagnosisSpec, Pe
 from perfdiag.operator import settings as operator_settings
 from perfdiag.operator import webhook  # noqa: F401  (registers the pod mutating webhook)
 from perfdiag.operator.kube import Kube, NoCredentials, new_api_client
+from perfdiag.operator.metrics import DiagnosesCollector, DiagnosisView, OperatorMetrics, view_of
+from perfdiag.operator.metrics_server import MetricsServer
 from perfdiag.operator.reconcile import Reconciler
 from perfdiag.operator.status import needs_cleanup, needs_recheck
 
@@ -65,6 +70,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
     operator_settings.configure(settings)
     diagnoses_to_recheck: kopf.Index[None, tuple[str, str]] = kwargs["diagnoses_to_recheck"]
+    diagnoses: kopf.Index[None, DiagnosisView] = kwargs["diagnosis_views"]
     config = memo.get("config") or operator_settings.OperatorConfig.from_env()
     if config.webhook is not None:
         operator_settings.configure_webhook(settings, config.webhook)
@@ -78,8 +84,16 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
         api_client = new_api_client()
     except NoCredentials as exc:
         raise kopf.PermanentError(str(exc)) from exc  # retrying will not make credentials appear
-    reconciler = Reconciler(Kube(api_client), config)
+    metrics = OperatorMetrics()
+    metrics.registry.register(DiagnosesCollector(lambda: list(diagnoses.get(None, ()))))
+    if config.metrics_port is not None:
+        server = MetricsServer(metrics.registry, config.metrics_addr, config.metrics_port)
+        await server.start()
+        memo["metrics_server"] = server
+        log.info("serving Prometheus metrics at %s", server.url)
+    reconciler = Reconciler(Kube(api_client), config, metrics=metrics)
     memo["config"] = config
+    memo["metrics"] = metrics
     memo["reconciler"] = reconciler
     memo["recheck_task"] = asyncio.create_task(
         _recheck_forever(diagnoses_to_recheck, reconciler, config.recheck_seconds)
@@ -94,6 +108,9 @@ async def cleanup(memo: Any, **_: Any) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    server = memo.get("metrics_server")
+    if server is not None:
+        await server.stop()
 
 
 async def _recheck_forever(
@@ -115,6 +132,18 @@ def _should_recheck(spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any
 @kopf.index(*RESOURCE, when=_should_recheck)
 def diagnoses_to_recheck(namespace: str | None, name: str, **_: Any) -> tuple[str, str]:
     return (namespace or "", name)
+
+
+@kopf.index(*RESOURCE)
+def diagnosis_views(
+    namespace: str | None,
+    name: str,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    **_: Any,
+) -> DiagnosisView:
+    """Every PerfDiagnosis as the metrics show it (perfdiag.operator.metrics)."""
+    return view_of(namespace or "", name, spec, status)
 
 
 @kopf.on.create(*RESOURCE)

@@ -9,7 +9,8 @@ A pod labelled perfdiag.io/inject="true" gets, at creation:
   (the plan file);
 - the agent as a native sidecar (an init container with restartPolicy Always, so the pod still
   completes when training ends), with the rank environment of the training container, the
-  storage credentials from a Secret and modest resource requests;
+  storage credentials from a Secret and modest resource requests, and POD_UID, with which it
+  follows the pod's plan in storage (`follows_pod_plan`);
 - the annotation perfdiag.io/injected=<version>, which makes a second invocation a no-op.
 """
 
@@ -51,6 +52,7 @@ COPY_CONTAINER = "perfdiag-hook"
 AGENT_CONTAINER = "perfdiag-agent"
 TRAINING_CONTAINER = "pytorch"  # the Kubeflow training operator's default container name
 SPOOL_SIZE_LIMIT = "2Gi"
+POD_UID_ENV = "POD_UID"  # `perfdiag agent --pod-uid` (its default)
 
 # Rank environment the agent needs to know which ranks it serves (global ranks come from the
 # spool; these name the node and the job for logs and status).
@@ -75,6 +77,7 @@ class InjectionConfig:
     # credentials, and the agents write where the operator reads.
     storage_endpoint: str | None = None
     storage_region: str | None = None
+    plan_poll_seconds: float | None = None  # the agent's --plan-poll; None: its default
 
 
 def storage_env(endpoint: str | None, region: str | None) -> list[dict[str, Any]]:
@@ -151,9 +154,14 @@ def _agent(training: Mapping[str, Any], config: InjectionConfig) -> dict[str, An
     args += ["--storage", f"{config.storage}/$(POD_NAMESPACE)"]
     if not config.keep_raw:
         args.append("--no-raw")
+    if config.plan_poll_seconds is not None:
+        args += ["--plan-poll", f"{config.plan_poll_seconds:g}"]
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # The agent reads the pod's plan from storage under this uid (perfdiag.api.plan
+        # pod_plan_key): the plan reaches the hooks without waiting for the kubelet.
+        {"name": POD_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         *rank_env(training),
         *storage_env(config.storage_endpoint, config.storage_region),
     ]
@@ -224,3 +232,14 @@ def inject(pod: Mapping[str, Any], config: InjectionConfig) -> dict[str, Any] | 
         "metadata": {"annotations": {INJECTED_ANNOTATION: __version__}},
         "spec": {"containers": containers, "initContainers": init, "volumes": volumes},
     }
+
+
+def follows_pod_plan(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's agent reads the pod's plan from storage (it was injected with POD_UID):
+    then a plan reaches its hooks within seconds; otherwise (a pod injected by an earlier
+    perfdiag) only through the kubelet's refresh of the downward-API file."""
+    spec = pod.get("spec") or {}
+    for container in spec.get("initContainers") or []:
+        if container.get("name") == AGENT_CONTAINER:
+            return any(env.get("name") == POD_UID_ENV for env in container.get("env") or [])
+    return False

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -27,11 +28,12 @@ from perfdiag.api.diagnosis import (
     PerfDiagnosisStatus,
     Target,
 )
+from perfdiag.api.plan import Plan, pod_plan_key
 from perfdiag.api.trigger import Slowdown
 from perfdiag.api.validation import validation_problems
 from perfdiag.api.verdict import Verdict
 from perfdiag.api.worker import WorkerStatus
-from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
+from perfdiag.operator.analyzer_job import JobState, analyzer_job, job_name, job_state
 from perfdiag.operator.coordination import (
     STACKS_SUFFIX,
     WATCH_SUFFIX,
@@ -39,6 +41,7 @@ from perfdiag.operator.coordination import (
     World,
     decide,
     disarm_patch,
+    namespace_storage,
     our_plan_ids,
     plan_annotations,
     plan_of,
@@ -46,6 +49,7 @@ from perfdiag.operator.coordination import (
     stacks_plan_id,
 )
 from perfdiag.operator.kube import ApiException, Kube, status_of
+from perfdiag.operator.metrics import OperatorMetrics, error_reason, pass_record
 from perfdiag.operator.settings import OperatorConfig
 from perfdiag.operator.status import (
     READY,
@@ -70,6 +74,15 @@ log = logging.getLogger("perfdiag.operator")
 
 Outcome = Literal["gone", "unchanged", "updated", "deleted"]
 MAX_CONFLICTS = 5
+POD_PLAN_WRITERS = 8  # concurrent writes of the pods' plan objects
+
+
+class PodPlansRemain(RuntimeError):
+    """The pods' plan objects could not be deleted from storage (an ending is retried)."""
+
+
+class StillConflicting(RuntimeError):
+    """Every try of a pass met a newer object (409 Conflict)."""
 
 
 @dataclass
@@ -79,6 +92,7 @@ class Reconciler:
     kube: Kube
     config: OperatorConfig
     clock: Callable[[], datetime] = now_utc
+    metrics: OperatorMetrics | None = None  # counted after the writes they count
 
     def __post_init__(self) -> None:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
@@ -89,6 +103,18 @@ class Reconciler:
             return self._locks.setdefault((namespace, name), threading.Lock())
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
+        try:
+            return self._reconcile(namespace, name)
+        except StillConflicting:
+            if self.metrics is not None:
+                self.metrics.reconcile_error("Conflict")
+            raise
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.reconcile_error(error_reason(exc))
+            raise
+
+    def _reconcile(self, namespace: str, name: str) -> Outcome:
         with self._lock(namespace, name):
             for _ in range(MAX_CONFLICTS):
                 try:
@@ -97,7 +123,9 @@ class Reconciler:
                     if status_of(exc) != 409:
                         raise
                     log.debug("%s/%s changed while reconciling; recomputing", namespace, name)
-            raise RuntimeError(f"{namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries")
+            raise StillConflicting(
+                f"{namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries"
+            )
 
     def _once(self, namespace: str, name: str) -> Outcome:
         obj = self.kube.get_diagnosis(namespace, name)
@@ -109,6 +137,7 @@ class Reconciler:
         old = PerfDiagnosisStatus.model_validate(raw_status) if raw_status else None
         now = self.clock()
         extra_events: list[Event] = []
+        job: JobState | None = None  # the analyzer Job as this pass read it
         try:
             spec = PerfDiagnosisSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
@@ -132,15 +161,21 @@ class Reconciler:
                 )
                 capture_started = new.phase in ("Watching", "Capturing", "Analyzing")
                 if capture_started or (new.phase == "Pending" and observation.state == "found"):
-                    decision = self._coordinate(obj, spec, new, generation, now)
-                    new, extra_events = decision.status, decision.events
+                    world = self._world(namespace, name, meta["uid"], spec, new)
+                    decision = self._coordinate(obj, spec, new, generation, now, world)
+                    new, extra_events, job = decision.status, decision.events, world.job
             new = thresholds_applied(spec, new, generation, now)
         new = keep_transition_times(old, at_generation(new, generation))
+        if self.metrics is not None:
+            self.metrics.storage_unavailable(new)
         # Diff the normalized forms: fields this version does not know are left alone.
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:
             return "unchanged"
         written = self.kube.patch_status(namespace, name, patch, meta["resourceVersion"])
+        if self.metrics is not None:
+            record = pass_record(old, new, created=_created(meta), job=job)
+            self.metrics.record(record, trigger=spec_has_trigger(obj))
         for event in [*extra_events, *transition_events(old, new)]:
             self._post(written, event)
         return "updated"
@@ -153,10 +188,10 @@ class Reconciler:
         status: PerfDiagnosisStatus,
         generation: int,
         now: datetime,
+        world: World,
     ) -> Decision:
         meta = obj["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        world = self._world(namespace, name, uid, spec, status)
         decision = decide(
             name=name,
             uid=uid,
@@ -168,18 +203,15 @@ class Reconciler:
             storage_root=self.config.storage,
             target=describe(spec.target),
             now=now,
-            lead_seconds=self.config.capture_lead_seconds,
+            lead_seconds=self.config.effective_capture_lead,
         )
         for action in decision.actions:
             if action == "watch":
                 assert decision.plan is not None
-                for pod in world.pods:
-                    if plan_of(pod)[0] != decision.plan.id:
-                        self.kube.patch_pod(
-                            namespace,
-                            pod["metadata"]["name"],
-                            plan_annotations(decision.plan, name),
-                        )
+                pods = [pod for pod in world.pods if plan_of(pod)[0] != decision.plan.id]
+                error = self._send_plan(namespace, name, decision.plan, pods)
+                if error is not None:
+                    return _storage_unavailable(status, generation, now, error)
             elif action == "record_trigger":
                 watch, artifacts = decision.status.watch, decision.status.artifacts
                 assert watch is not None and watch.slowdown is not None and artifacts is not None
@@ -201,16 +233,14 @@ class Reconciler:
                         "%s/%s: cannot write the plan to %s: %s", namespace, name, prefix, exc
                     )
                     return _storage_unavailable(status, generation, now, str(exc))
-                for pod in world.pods:
-                    self.kube.patch_pod(
-                        namespace, pod["metadata"]["name"], plan_annotations(decision.plan, name)
-                    )
+                error = self._send_plan(namespace, name, decision.plan, world.pods)
+                if error is not None:
+                    return _storage_unavailable(status, generation, now, error)
             elif action == "stacks":
                 assert decision.plan is not None
-                for pod in world.pods:
-                    self.kube.patch_pod(
-                        namespace, pod["metadata"]["name"], plan_annotations(decision.plan, name)
-                    )
+                error = self._send_plan(namespace, name, decision.plan, world.pods)
+                if error is not None:
+                    return _storage_unavailable(status, generation, now, error)
             elif action == "collect_stacks":
                 prefix = (status.artifacts.prefix if status.artifacts else None) or ""
                 try:
@@ -222,9 +252,13 @@ class Reconciler:
             elif action == "disarm":
                 # Every target pod, not only the live ones: a job that finished keeps its pods,
                 # and what this diagnosis put on them must not outlive it.
-                self._disarm(
-                    namespace, name, uid, status, self._target_pods(namespace, spec.target)
-                )
+                try:
+                    self._disarm(
+                        namespace, name, uid, status, self._target_pods(namespace, spec.target)
+                    )
+                except PodPlansRemain as exc:
+                    # Nothing of the ending is done; the next pass decides it again.
+                    return _storage_unavailable(status, generation, now, str(exc))
             elif action == "launch_job":
                 artifacts = decision.status.artifacts
                 workers = decision.status.workers
@@ -242,6 +276,8 @@ class Reconciler:
                     storage_region=self.config.storage_region,
                 )
                 if self.kube.create_job(namespace, job):
+                    if self.metrics is not None:
+                        self.metrics.analyzer_started.inc()
                     decision.events.append(
                         Event("Normal", "AnalyzerStarted", f"Job {job['metadata']['name']} started")
                     )
@@ -303,6 +339,48 @@ class Reconciler:
             return [pod] if pod is not None else []
         return self.kube.list_pods(namespace, selector)
 
+    def _send_plan(
+        self, namespace: str, name: str, plan: Plan, pods: list[dict[str, Any]]
+    ) -> str | None:
+        """Give `pods` the plan: first each pod's plan object in storage, which its agent reads
+        within seconds, then the plan annotation, which the kubelet projects into the
+        downward-API file (the way for agents that do not follow storage, and the fallback).
+        Returns the storage error, before any annotation is written: an agent that reads its
+        pod's object must never find an older plan there than the annotation's."""
+        error = self._write_pod_plans(namespace, pods, plan.to_json())
+        if error is not None:
+            log.warning("%s/%s: cannot write the pods' plan: %s", namespace, name, error)
+            return error
+        for pod in pods:
+            self.kube.patch_pod(namespace, pod["metadata"]["name"], plan_annotations(plan, name))
+        return None
+
+    def _write_pod_plans(
+        self, namespace: str, pods: list[dict[str, Any]], text: str | None
+    ) -> str | None:
+        """Write (`text`) or delete (None) the plan objects of `pods`, a few at a time (one
+        request each: 1,000 pods take well under a second); the first storage error, if any."""
+        if not pods or not self.config.storage:
+            return None
+        storage = _open_storage(namespace_storage(self.config.storage, namespace))
+        keys = [pod_plan_key(str(pod["metadata"]["uid"])) for pod in pods]
+
+        def write(key: str) -> str | None:
+            try:
+                if text is None:
+                    storage.delete(key)
+                else:
+                    storage.put_text(key, text)
+            except StorageNotFound:
+                return None  # deleting what is not there
+            except (StorageError, OSError) as exc:  # a local folder's delete raises OSError
+                return str(exc)
+            return None
+
+        with ThreadPoolExecutor(max_workers=POD_PLAN_WRITERS) as pool:
+            errors = [e for e in pool.map(write, keys) if e is not None]
+        return errors[0] if errors else None
+
     def _disarm(
         self,
         namespace: str,
@@ -310,9 +388,22 @@ class Reconciler:
         uid: str,
         status: PerfDiagnosisStatus | None,
         pods: list[dict[str, Any]],
+        *,
+        best_effort: bool = False,
     ) -> int:
-        """Take this diagnosis' plan and diagnosis annotations off `pods`; how many changed."""
+        """Take this diagnosis' plan objects out of storage, then its plan and diagnosis
+        annotations off `pods`; how many pods changed. When storage cannot be reached it raises
+        PodPlansRemain before touching an annotation (the pass is retried: an agent would
+        otherwise keep reading a plan whose window has not begun yet, once storage is back);
+        with `best_effort` (the object is being deleted) it logs and goes on, and what stays is
+        bounded by the plan's deadline and replaced by the pod's next plan."""
         names = pods_to_disarm(pods, name, our_plan_ids(name, uid, status))
+        armed = [pod for pod in pods if str(pod["metadata"]["name"]) in names]
+        error = self._write_pod_plans(namespace, armed, None)
+        if error is not None:
+            if not best_effort:
+                raise PodPlansRemain(f"the pods' plans could not be removed from storage: {error}")
+            log.warning("%s/%s: the pods' plan objects stay in storage: %s", namespace, name, error)
         for pod in names:
             self.kube.patch_pod(namespace, pod, disarm_patch())
         return len(names)
@@ -344,7 +435,20 @@ class Reconciler:
             if selector is None:
                 return 0
             pods = self.kube.list_pods(namespace, selector)
-        return self._disarm(namespace, name, uid, status, pods)
+        return self._disarm(namespace, name, uid, status, pods, best_effort=True)
+
+
+def _created(meta: dict[str, Any]) -> datetime | None:
+    """The object's creationTimestamp."""
+    try:
+        return datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+
+
+def spec_has_trigger(obj: dict[str, Any]) -> bool:
+    """Whether the diagnosis waits for a slowdown (spec.trigger)."""
+    return bool((obj.get("spec") or {}).get("trigger"))
 
 
 def _worker_statuses(storage: Storage, plan_id: str | None) -> dict[int, WorkerStatus]:

@@ -37,14 +37,34 @@ RECHECK_ENV = "PERFDIAG_RECHECK_SECONDS"
 DEFAULT_RECHECK_SECONDS = 15.0
 RECHECK_SECONDS_RANGE = (0.1, 3600.0)  # also of `perfdiag operator --recheck-seconds`
 CAPTURE_LEAD_ENV = "PERFDIAG_CAPTURE_LEAD_SECONDS"
-DEFAULT_CAPTURE_LEAD_SECONDS = 90.0
+DEFAULT_CAPTURE_LEAD_SECONDS = 10.0
 """How far ahead of the ranks a capture window begins (a triggered one, and a one-shot one whose
-step rate was measured), in seconds at the job's step rate: the kubelet rewrites a pod's
-downward-API file (where the hooks read the plan) at its periodic sync, within about a minute of
-the annotation changing, and the step counts the operator saw are a few seconds old (the
-agents' uploads, the recheck)."""
+step rate was measured), in seconds at the job's step rate, counted from the ranks' step as the
+operator extrapolates it to now; at least the agents' plan poll + PLAN_DELIVERY_MARGIN_SECONDS
+(OperatorConfig.effective_capture_lead). It covers the plan's way to the hooks of pods whose
+agent follows the pod's plan in storage (injection.follows_pod_plan): the operator's writes of
+the pods' plan objects (concurrent, well under a second for 1,000 pods), the agent's read every
+AGENT_PLAN_POLL seconds (collector/pod_plan.py), the hook's poll every 0.5 s, with a margin for
+a loaded node."""
+AGENT_PLAN_POLL_ENV = "PERFDIAG_AGENT_PLAN_POLL_SECONDS"
+DEFAULT_AGENT_PLAN_POLL_SECONDS = 5.0
+"""Seconds between two reads of its pod's plan by each injected agent (`perfdiag agent
+--plan-poll`): one small GET per pod each time, diagnosis or not, so pods / poll requests a
+second on the storage (1,000 pods: 200/s). Raise it for large jobs; the lead follows. At most
+20 s: the hooks trust the agent's copy for spool.AGENT_PLAN_FRESH_S (30 s) after a read."""
+PLAN_DELIVERY_MARGIN_SECONDS = 5.0
+"""The lead beyond the agents' plan poll: the operator's writes, the hook's poll, a loaded node."""
+KUBELET_CAPTURE_LEAD_SECONDS = 90.0
+"""The lead when some target pod's agent does not follow its plan in storage (injected by an
+earlier perfdiag): the plan then reaches those hooks only when the kubelet rewrites the
+downward-API file, which it does on the pod's update within about a second when its
+event-driven remount works, and otherwise at its periodic resync of the pod: `syncFrequency`
+(1 m by default) with a jitter factor of 0.5, 60–90 s (docs/operator.md, "How the plan reaches
+the ranks")."""
 DEADLINE_ENV = "PERFDIAG_ANALYZER_DEADLINE_SECONDS"
 TTL_ENV = "PERFDIAG_ANALYZER_TTL_SECONDS"
+METRICS_PORT_ENV = "PERFDIAG_METRICS_PORT"
+METRICS_ADDR_ENV = "PERFDIAG_METRICS_ADDR"
 WEBHOOK_ENV = "PERFDIAG_WEBHOOK"
 """The webhook's variables are PERFDIAG_WEBHOOK_<key>, a key per WebhookConfig field (its alias)."""
 DEFAULT_IMAGE = f"ghcr.io/perfdiag/perfdiag:{__version__}"
@@ -162,6 +182,21 @@ class OperatorConfig(BaseSettings):
     capture_lead_seconds: float = Field(
         DEFAULT_CAPTURE_LEAD_SECONDS, ge=0, le=3600, validation_alias=CAPTURE_LEAD_ENV
     )
+    agent_plan_poll_seconds: float = Field(
+        DEFAULT_AGENT_PLAN_POLL_SECONDS, ge=0.1, le=20, validation_alias=AGENT_PLAN_POLL_ENV
+    )
+    # Prometheus metrics at http://<addr>:<port>/metrics (perfdiag.operator.metrics); unset
+    # port: none served, 0: any free port.
+    metrics_port: int | None = Field(None, ge=0, le=65535, validation_alias=METRICS_PORT_ENV)
+    metrics_addr: str = Field("0.0.0.0", validation_alias=METRICS_ADDR_ENV)
+
+    @property
+    def effective_capture_lead(self) -> float:
+        """The capture lead, at least what the agents' plan poll needs."""
+        return max(
+            self.capture_lead_seconds,
+            self.agent_plan_poll_seconds + PLAN_DELIVERY_MARGIN_SECONDS,
+        )
 
     @field_validator("storage")
     @classmethod

@@ -7,6 +7,12 @@ objectSelector, which kopf builds from `labels`), only on CREATE. failurePolicy 
 simply runs without perfdiag (a PerfDiagnosis on it says so). The configuration is persistent:
 kopf keeps it when the operator stops, so a restart does not open a window of un-injected pods
 beyond the restart itself.
+
+The handler fails open itself too: an injection that raises admits the pod unchanged (kopf
+would answer an exception with a denial, which failurePolicy does not cover), logged and
+counted in perfdiag_webhook_fail_open_total{reason="InjectionError"}; so is a pod admitted while
+the operator has no storage (reason NoStorage). Every admission is counted by its result in
+perfdiag_webhook_admissions_total (perfdiag.operator.metrics).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import kopf
 
 from perfdiag.operator.injection import InjectionConfig, inject
+from perfdiag.operator.metrics import OperatorMetrics
 from perfdiag.operator.settings import INJECT_LABEL, OperatorConfig
 
 log = logging.getLogger("perfdiag.operator.webhook")
@@ -30,6 +37,7 @@ def injection_config(config: OperatorConfig) -> InjectionConfig:
         resources=config.agent_resources.to_wire(),
         storage_endpoint=config.storage_endpoint,
         storage_region=config.storage_region,
+        plan_poll_seconds=config.agent_plan_poll_seconds,
     )
 
 
@@ -45,15 +53,36 @@ def injection_config(config: OperatorConfig) -> InjectionConfig:
 )
 def inject_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, dryrun: bool, **_: Any) -> None:
     config: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
+    metrics: OperatorMetrics | None = memo.get("metrics")
+    meta = body.get("metadata") or {}
+    name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
     if not config.storage:
         log.warning("PERFDIAG_STORAGE is not set: pods are not injected (no storage for agents)")
+        _count(metrics, "no_storage", "NoStorage")
         return
-    changes = inject(dict(body), injection_config(config))
+    try:
+        changes = inject(dict(body), injection_config(config))
+    except Exception:
+        log.exception(
+            "injecting perfdiag into pod %s/%s failed: admitted without perfdiag",
+            meta.get("namespace"),
+            name,
+        )
+        _count(metrics, "error", "InjectionError")
+        return
     if changes is None:
+        _count(metrics, "already_injected")
         return
     for key, value in changes.items():
         patch[key] = value
-    meta = body.get("metadata") or {}
-    name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
+    _count(metrics, "injected")
     if not dryrun:
         log.info("injected perfdiag into pod %s/%s", meta.get("namespace"), name)
+
+
+def _count(metrics: OperatorMetrics | None, result: str, fail_open: str | None = None) -> None:
+    if metrics is None:
+        return
+    metrics.admitted(result)
+    if fail_open is not None:
+        metrics.failed_open(fail_open)

@@ -21,11 +21,12 @@
 # (tests/data/gpu-captures/<scenario>-<repeat>/ with expected.json from the scenario's
 # documented verdict; docs/analysis.md "GPU fault classes").
 #
-# Time: about 12–15 s per run on an H100 (CUDA start of two ranks, 3 warm-up + 9 profiled steps,
-# the trace processed and analysed); 16 scenarios × 2 repeats fit the loop budget. The loop
-# starts no run once LOOP_BUDGET_S is spent (each run at most RUN_TIMEOUT s), so that the
-# packing happens inside the device call's 10 minutes; first repeats of every scenario come
-# first. Needs python3 with torch (CUDA), pyarrow, numpy, nvidia-ml-py and jinja2; wheels of
+# Time: 23–35 s per run on an H100 (CUDA start of two ranks, 3 warm-up + 8 profiled steps,
+# the trace processed and analysed): 16 scenarios take ~425 s, one repeat of each per device
+# call; a second call takes further repeats of a few (SCENARIOS=…; `gpu_captures.py import
+# --repeat-offset 1` numbers them after the first call's). The loop starts no run once LOOP_BUDGET_S is spent (each run at most RUN_TIMEOUT s), so
+# that the packing happens inside the device call's 10 minutes; first repeats of every
+# scenario come first. Needs python3 with torch (CUDA), pyarrow, numpy, nvidia-ml-py and jinja2; wheels of
 # perfdiag's other dependencies (pydantic, pydantic-settings, tenacity, …) sit in .whl/ on a
 # machine with no package index (scripts/gpu-wheels.sh downloads them beforehand; .whl/ is
 # git-ignored, so the device call carries it: carry [".whl"]) and are installed into

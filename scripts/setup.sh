@@ -181,15 +181,16 @@ PY
 # Debian's tools the suite runs, installed in one apt-get call for whichever are missing:
 # chromium (headless checks of report.html), lua5.4 (the Argo CD health check, docs/gitops/*.lua),
 # debootstrap and buildah (the image tests build the Dockerfile on a local Debian base,
-# scripts/image-base.sh; buildah's vfs storage needs no daemon).
-debian_tools=(chromium:chromium lua5.4:lua5.4 debootstrap:debootstrap buildah:buildah)
+# scripts/image-base.sh; buildah's vfs storage needs no daemon), prometheus (the suite's
+# Prometheus scrapes the operator in the end-to-end tests; its promtool checks the chart's rules).
+debian_tools=(chromium:chromium lua5.4:lua5.4 debootstrap:debootstrap buildah:buildah prometheus:prometheus)
 missing=()
 for tool in "${debian_tools[@]}"; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
 done
 if [ "${PERFDIAG_SKIP_APT:-}" != 1 ] && [ "${#missing[@]}" -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    log "installing Debian ${missing[*]} (the suite's report, Argo CD and image tests)"
+    log "installing Debian ${missing[*]} (the suite's report, Argo CD, image and monitoring tests)"
     { apt-get update -qq >&2 &&
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         "${missing[@]}" >&2; } ||

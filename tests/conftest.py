@@ -3,6 +3,9 @@
 - `kube_cluster`: etcd + kube-apiserver on loopback, admin kubeconfig (perfdiag_testing.kube).
 - `minio_server`: MinIO on loopback with generated credentials and a fresh bucket.
 - `s3_prefix`: a fresh `s3://bucket/<random>` URI per test; `kube_namespace`: a fresh namespace.
+- `prometheus_server`: Debian's Prometheus on loopback, scraping the port the in-process operator
+  serves its metrics on (`.operator_port`) as the chart's ServiceMonitor says, and the
+  kube-apiserver; evaluating the chart's alerting rules (perfdiag_testing.monitoring).
 - `perfdiag_image`: the image built from the Dockerfile with buildah on a local Debian base
   (perfdiag_testing.image), and its root filesystem. A build that fails FAILS the tests using
   it (never a skip); its name, size and build time are printed at the end.
@@ -29,10 +32,14 @@ from perfdiag_testing.binaries import BinariesMissing, find_bin_dir
 from perfdiag_testing.image import BuiltImage, ImageBuildFailed, build_image
 from perfdiag_testing.kube import KubeCluster, start_kube_cluster
 from perfdiag_testing.minio_server import MinioServer, start_minio
+from perfdiag_testing.processes import free_port
+from perfdiag_testing.prometheus_server import PrometheusMissing, PrometheusServer, find_prometheus
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SKIP_VARIABLE = "PERFDIAG_SKIP_CLUSTER_TESTS"
-CLUSTER_FIXTURES = frozenset({"kube_cluster", "minio_server", "s3_prefix", "kube_namespace"})
+CLUSTER_FIXTURES = frozenset(
+    {"kube_cluster", "minio_server", "s3_prefix", "kube_namespace", "prometheus_server"}
+)
 
 _workdir_key = pytest.StashKey[Path]()
 _notes_key = pytest.StashKey[list[str]]()
@@ -109,7 +116,11 @@ def cluster_workdir(request: pytest.FixtureRequest) -> Iterator[Path]:
     notes = request.config.stash[_notes_key]
     if request.session.testsfailed and any(workdir.glob("*/logs/*.log")):
         # Keep logs, certificates and kubeconfig for the post-mortem; drop the bulky data.
-        for data in (*workdir.glob("*/etcd-data"), *workdir.glob("*/minio-data")):
+        for data in (
+            *workdir.glob("*/etcd-data"),
+            *workdir.glob("*/minio-data"),
+            *workdir.glob("prometheus/data"),
+        ):
             shutil.rmtree(data, ignore_errors=True)
         logs = ", ".join(str(path) for path in sorted(workdir.glob("*/logs")))
         notes.append(f"session failed: server logs kept in {logs or workdir}")
@@ -147,6 +158,43 @@ def minio_server(request: pytest.FixtureRequest, cluster_workdir: Path) -> Itera
     server = start_minio(bin_dir / "minio", cluster_workdir / "minio")
     request.config.stash[_notes_key].append(
         f"minio {server.url} ready {server.ready_seconds:.1f} s after start"
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(
+    request: pytest.FixtureRequest, cluster_workdir: Path, kube_cluster: KubeCluster
+) -> Iterator[PrometheusServer]:
+    """A real Prometheus scraping the operator's metrics port (`.operator_port`, where the
+    in-process operator of the tests serves them) and the kube-apiserver, every second, and
+    evaluating the chart's PrometheusRule."""
+    from perfdiag_testing import monitoring
+
+    helm = _bin_dir(("helm",)) / "helm"
+    try:
+        binary = find_prometheus()
+    except PrometheusMissing as exc:
+        pytest.fail(f"cannot start Prometheus: {exc}", pytrace=False)
+    docs = monitoring.render(helm, REPO_ROOT / "charts" / "perfdiag")
+    port = free_port()
+    certs = kube_cluster.certs
+    server = PrometheusServer(
+        binary,
+        cluster_workdir / "prometheus",
+        [
+            monitoring.operator_scrape_config(docs, f"127.0.0.1:{port}"),
+            monitoring.apiserver_scrape_config(
+                kube_cluster.server, certs.ca_cert, certs.admin_cert, certs.admin_key
+            ),
+        ],
+        monitoring.rule_groups(docs),
+    )
+    server.operator_port = port
+    server.start()
+    request.config.stash[_notes_key].append(
+        f"prometheus {server.url} ready {server.ready_seconds:.1f} s after start"
     )
     yield server
     server.stop()

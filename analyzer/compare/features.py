@@ -4,11 +4,12 @@ A feature is a (function, category) row of the summaries, a category total, or t
 spends outside communication ("non-wait" time: the quantity that separates a culprit from the
 peers waiting for it). Values are mean milliseconds per step. Only features that can matter
 are kept dense: functions whose β reaches the materiality floor on some rank, plus the top
-functions for the report — so the matrices stay small even for 100,000 ranks.
+functions for the report — so the matrices stay small even for 1,000,000 ranks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.api.schema import IDLE, IDLE_FUNCTION, OTHER_FUNCTION, WorkerMeta
 from perfdiag.api.taxonomy import COLLECTIVE_WAIT_PREFIXES, COMMUNICATION
 
@@ -55,14 +57,9 @@ class StepTimes:
         return np.asarray(np.sum(~np.isnan(self.durations_ms), axis=1), dtype=np.int64)
 
     @classmethod
-    def from_metas(cls, metas: dict[int, WorkerMeta]) -> StepTimes:
-        ranks = np.array(sorted(metas), dtype=np.int64)
-        width = max((len(m.window.step_bounds_ns) for m in metas.values()), default=0)
-        durations = np.full((len(ranks), max(width, 1)), np.nan)
-        for i, rank in enumerate(ranks.tolist()):
-            bounds = np.asarray(metas[rank].window.step_bounds_ns, dtype=np.int64).reshape(-1, 2)
-            durations[i, : len(bounds)] = (bounds[:, 1] - bounds[:, 0]) / 1e6
-        return cls(ranks=ranks, durations_ms=durations)
+    def from_metas(cls, metas: Mapping[int, WorkerMeta]) -> StepTimes:
+        columns = WorkerMetas.of(metas)
+        return cls(ranks=columns.ranks.copy(), durations_ms=columns.step_durations_ms())
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ slowest rank's work must also be `MIN_SHARED_HOST_SPREAD` over the median rank's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from perfdiag.analyzer.compare.features import Features
@@ -47,7 +49,7 @@ across a gap as long as a step says nothing about that step."""
 
 
 def _work_per_step(
-    metas: dict[int, WorkerMeta], ranks: np.ndarray, width: int, step_ms: float
+    metas: Mapping[int, WorkerMeta], ranks: np.ndarray, width: int, step_ms: float
 ) -> np.ndarray | None:
     out = np.full((len(ranks), width), np.nan)
     for i, rank in enumerate(ranks.tolist()):
@@ -63,7 +65,7 @@ def _work_per_step(
 
 
 def imbalance_findings(
-    metas: dict[int, WorkerMeta], features: Features, groups: PeerGroups, fusion: Fusion
+    metas: Mapping[int, WorkerMeta], features: Features, groups: PeerGroups, fusion: Fusion
 ) -> list[Reported]:
     width = features.steps.durations_ms.shape[1]
     step_ms = float(np.nanmedian(features.steps.durations_ms)) if features.ranks.size else 0.0
@@ -139,7 +141,7 @@ def imbalance_findings(
     return out
 
 
-def _dilation(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> float:
+def _dilation(metas: Mapping[int, WorkerMeta], ranks: np.ndarray) -> float:
     """What a ms of computation costs in wall time on the group's hosts: 1 / the median share
     of their runnable time the ranks' training threads ran (at most 4; 1 without samples).
     On a busy host the slowest rank's extra work keeps the others waiting that much longer."""
@@ -157,7 +159,7 @@ def _dilation(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> float:
     return 1.0 / min(max(float(np.median(shares)), 0.25), 1.0)
 
 
-def _shared_cores(metas: dict[int, WorkerMeta], ranks: np.ndarray) -> bool:
+def _shared_cores(metas: Mapping[int, WorkerMeta], ranks: np.ndarray) -> bool:
     """Whether any of the ranks' hosts had more runnable threads than cores."""
     for rank in ranks.tolist():
         usage = metas[int(rank)].host_usage

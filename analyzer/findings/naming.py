@@ -26,7 +26,7 @@ from perfdiag.analyzer.signals.cpu_cause import (
     PeerCpu,
     explain_excess,
 )
-from perfdiag.analyzer.text import short
+from perfdiag.analyzer.text import cuda_call_kind, short
 from perfdiag.api.taxonomy import COMMUNICATION
 from perfdiag.api.thresholds import Thresholds
 
@@ -67,11 +67,16 @@ def name_suspect(suspect: Suspect, worker: SlowWorker) -> SlowWorker | NotNamed 
     """The suspect's worker as its finding names it, or why it is not named: a note, or
     (without CPU accounting) the contention record of a rank whose excess is waiting for a
     CPU."""
-    shown_elsewhere = _exposed_by_shorter_gpu_work(suspect, worker)
-    if shown_elsewhere is None and suspect.host is None:
-        shown_elsewhere = _same_host_calls_slower(suspect, worker)
-    if shown_elsewhere is not None and suspect.work is None:
-        return NotNamed(worker.rank, f"{shown_elsewhere}; not named")
+    # A rank exposed by its peers' longer kernels is no slower in all, whatever its threads
+    # computed meanwhile: extra CPU work hidden behind a peer's GPU time costs the job nothing
+    # (bf16 autocast's casts on a rank whose peer runs fp32 kernels).
+    exposed = _exposed_by_shorter_gpu_work(suspect, worker)
+    if exposed is not None:
+        return NotNamed(worker.rank, f"{exposed}; not named")
+    if suspect.host is None and suspect.work is None:
+        same_calls = _same_host_calls_slower(suspect, worker)
+        if same_calls is not None:
+            return NotNamed(worker.rank, f"{same_calls}; not named")
     if suspect.host is None:
         return _without_cpu_accounting(suspect, worker)
     return _by_cpu_accounting(suspect, suspect.host, worker)
@@ -85,10 +90,18 @@ def _by_cpu_accounting(
         worker = _with_cpu_work(worker, cause.work, suspect.context.thresholds)
     exact = against.cpu.on_cpu_steps is not None
     reason = _not_its_own_work(suspect, worker, cause, exact)
-    if reason is not None:
+    # Extra work spread over the calls it shares with its peers is not put down to a shared
+    # core when the rank also synchronizes with its GPU where they do not: each such call
+    # leaves its other work unoverlapped (_led_by_sync). A function that holds the excess
+    # (no such reason) is named as usual, synchronizing or not.
+    sync = _new_sync_calls(suspect) if reason is not None and cause.kind == "work" else None
+    if reason is not None and sync is None:
         return NotNamed(worker.rank, reason)
     worker = _with_cause(worker, cause, exact)
-    return _without_engine_wait(worker) if cause.kind == "work" else worker
+    if cause.kind != "work":
+        return worker
+    worker = _without_engine_wait(worker)
+    return worker if sync is None else _led_by_sync(worker, *sync)
 
 
 def _not_its_own_work(
@@ -203,6 +216,53 @@ def _same_host_calls_slower(suspect: Suspect, worker: SlowWorker) -> str | None:
         "same calls as theirs "
         f"({share:.0%} of its extra time in calls they do not make); with no CPU samples this "
         "cannot be told from the same work running on a busier or slower core"
+    )
+
+
+def _new_sync_calls(suspect: Suspect) -> tuple[str, float, float] | None:
+    """The host-device synchronization (cudaDeviceSynchronize, `.item()`, …) that the rank
+    makes more often than its peers, most calls first: (function, its calls and its peers'
+    median calls per step); None when it makes none they do not. Each such call drains the
+    GPU's queue and holds the host until it is empty, so the rank's other work runs
+    unoverlapped around it: its cost shows in the calls it shares with its peers, not in
+    the synchronization's own time."""
+    features, i = suspect.context.features, suspect.position
+    calls = features.calls
+    others = suspect.peers[suspect.peers != i]
+    if calls is None or not len(others):
+        return None
+    found: list[tuple[float, str, float]] = []
+    for k in np.flatnonzero(suspect.context.functions):
+        name = features.functions[int(k)]
+        if name is None or cuda_call_kind(name) != "sync":
+            continue
+        own, peers = float(calls[i, k]), float(np.median(calls[others, k]))  # per step
+        # A call a step more than its peers, beyond their jitter.
+        if own > peers * 1.05 + 1:
+            found.append((own, name, peers))
+    if not found:
+        return None
+    per_step, name, peers_per_step = max(found)
+    return name, per_step, peers_per_step
+
+
+def _led_by_sync(
+    worker: SlowWorker, function: str, per_step: float, peers_per_step: float
+) -> SlowWorker:
+    """The worker named for the synchronization that sets it apart from its peers. Its
+    excess is at most its whole extra time outside communication: the CPU accounting counts
+    its PyTorch threads' extra CPU beside its training thread's, which overlap."""
+    if 0 < worker.own_excess_ms < worker.excess_ms:
+        worker = replace(worker, excess_ms=worker.own_excess_ms, excess_basis="total")
+    return replace(
+        worker,
+        root_category="cuda_runtime",
+        cause_function=function,
+        root_basis=(
+            f"it synchronizes the host with the GPU {per_step:.0f} times a step in "
+            f"{short(function)}, its peers {peers_per_step:.0f}: each drains the GPU's queue and "
+            "holds the host until it is empty, so its other work runs unoverlapped around it"
+        ),
     )
 
 

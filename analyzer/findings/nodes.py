@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfdiag.analyzer.findings.reported import Reported
+from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.analyzer.text import NEXT_STEP, format_ranks, ms, pct, short
 from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.verdict import Finding
@@ -32,26 +33,26 @@ NODE_NEXT_STEP = (
 def slow_node_findings(reported: list[Reported], metas: Mapping[int, WorkerMeta]) -> list[Reported]:
     """`reported` with each slow node's slow_worker and function_anomaly findings fused into
     one slow_node finding; unchanged when the job runs on one host or no node is slow."""
-    host_of = {rank: meta.host for rank, meta in metas.items() if meta.host}
-    if len(set(host_of.values())) < 2:
+    nodes = WorkerMetas.of(metas).nodes()
+    if nodes.distinct() < 2:
         return reported
-    ranks_on: dict[str, list[int]] = {}
-    for rank, host in host_of.items():
-        ranks_on.setdefault(host, []).append(rank)
     slow = [r for r in reported if r.finding.kind == "slow_worker"]
+    # Only the hosts of slow ranks can be slow nodes (a node needs two culprits on it).
+    host_of = nodes.host_of(k for r in slow for k in r.finding.ranks)
     out = list(reported)
-    for host, ranks in sorted(ranks_on.items()):
+    for host in sorted(set(host_of.values())):
+        ranks = nodes.ranks_on(host)
         mine = [r for r in slow if any(host_of.get(rank) == host for rank in r.finding.ranks)]
         culprits = sorted({k for r in mine for k in r.finding.ranks if host_of.get(k) == host})
         if len(culprits) < 2 or len(culprits) <= MIN_SHARE * len(ranks):
             continue
         if len({r.finding.category for r in mine}) != 1:
             continue  # different causes on one machine: each stays a slow worker
-        others = [k for h, rs in ranks_on.items() if h != host for k in rs]
+        others = nodes.with_host() - len(ranks)
         slow_elsewhere = {k for r in slow for k in r.finding.ranks if host_of.get(k) != host}
-        if len(slow_elsewhere) > MIN_SHARE * len(others):
+        if len(slow_elsewhere) > MIN_SHARE * others:
             continue  # most machines are slow: not one node's problem
-        node = _node_finding(host, sorted(ranks), culprits, mine, metas)
+        node = _node_finding(host, ranks, culprits, mine, metas)
         kept = (_without_ranks(r, set(culprits)) for r in out)
         out = [*(r for r in kept if r is not None), node]
     return out

@@ -140,6 +140,7 @@ def _worker_evidence(worker: SlowWorker) -> dict[str, Any]:
     }
     if worker.user_function is not None:
         evidence["user_function"] = worker.user_function
+        evidence["user_path"] = [*worker.user_callers, worker.user_function]
     if worker.cpu is not None:
         evidence["cpu"] = {"cause": worker.cpu.kind, **worker.cpu.evidence}
     if worker.hardware is not None:
@@ -200,7 +201,8 @@ def _slow_worker_finding(
             f"{contributors}."
         )
     if in_user_code is not None:
-        message += f" In the user's code: {in_user_code}."
+        path = " → ".join([*lead.user_callers, in_user_code])
+        message += f" In the user's code: {path}."
     if grown:
         message += f" Its GPU time grew in {'; '.join(k.describe() for k in grown)}."
     if lead.cpu is not None:
@@ -229,9 +231,11 @@ def _slow_worker_finding(
             f"{what_inline(top.function, top.category)} (+{ms(top.excess_ms)}/step, "
             f"{_category_word(top.category)})"
         )
-    if in_user_code is not None:
+    if lead.cause_function is not None:
+        headline += f" around its calls of {short(lead.cause_function)}"
+    elif in_user_code is not None:
         headline += f" in {in_user_code}"
-    elif grown:
+    elif grown and grown[0].name != top.function:
         headline += f" in {short(grown[0].name)}"
     if lead.cpu is not None and lead.cpu.kind in (
         "blocked",

@@ -116,10 +116,18 @@ class SlowWorker:
     user_function: str | None = None
     """The user's own frame behind the top contributor (analyzer/signals/user_frame.py), when that
     contributor is a builtin, a library frame or an op."""
+    user_callers: tuple[str, ...] = ()
+    """The user's frames around `user_function` that hold the excess too, outermost first."""
+    cause_function: str | None = None
+    """A call that sets the rank apart though little of its excess is its own time: a host-GPU
+    synchronization its peers do not make (analyzer/findings/naming.py)."""
 
     @property
     def function(self) -> str | None:
-        """The function the finding names: the user's frame where known."""
+        """The function the finding names: the call that sets it apart, else the user's frame
+        where known."""
+        if self.cause_function is not None:
+            return self.cause_function
         if self.user_function is not None:
             return self.user_function
         if self.cpu is not None and self.cpu.kind in ("threads", "throttled", "starved"):

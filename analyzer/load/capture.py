@@ -6,24 +6,32 @@ into a single Arrow table so the cross-worker stage never loops over ranks.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 from pydantic import BaseModel, ValidationError
 
 from perfdiag.analyzer.errors import NoCaptureError
+from perfdiag.analyzer.load.listing import (
+    WorkerListing,
+    parse_worker_folders,
+    parse_worker_keys,
+    stream_worker_keys,
+)
 from perfdiag.analyzer.load.worker_files import empty_summary, normalize_summary, read_worker_files
+from perfdiag.analyzer.load.worker_table import WorkerMetas, WorkerStatuses
 from perfdiag.api.breakdown import RankBreakdown
-from perfdiag.api.limits import rank_problem
 from perfdiag.api.plan import Plan
-from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.trigger import Slowdown
 from perfdiag.api.validation import validation_problems
-from perfdiag.api.worker import WorkerStatus
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout
 
 Progress = Callable[[str], None]
@@ -38,8 +46,9 @@ class Capture:
     source: str
     kind: Literal["capture", "kineto"]
     summary: pa.Table
-    metas: dict[int, WorkerMeta]
-    statuses: dict[int, WorkerStatus] = field(default_factory=dict)
+    metas: WorkerMetas
+    """Rank → WorkerMeta of the analysed ranks (given as a dict, kept as columns)."""
+    statuses: WorkerStatuses = field(default_factory=lambda: WorkerStatuses.of({}))
     stacks: dict[int, Any] = field(default_factory=dict)
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
     """Rank → torch Flight Recorder pickle (flight_recorder.pkl), when the hook dumped one."""
@@ -62,13 +71,35 @@ class Capture:
     """The temporary folder of `timeline_events`; removed by `close()`."""
     breakdown: dict[int, RankBreakdown] = field(default_factory=dict)
     """GPU time breakdown per rank (HTA's definitions), for Kineto folders: breakdown.json."""
-    hardware_keys: dict[int, str] = field(default_factory=dict)
-    """Rank → its hardware.parquet key; read only for the ranks a finding blames on their GPU
-    (analyzer/findings/throttle.py)."""
+    hardware_ranks: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Ranks whose folder holds a hardware.parquet, ascending; read only for the ranks a
+    finding blames on their GPU (analyzer/findings/throttle.py)."""
+
+    event_ranks: NDArray[np.int64] | None = None
+    """Ranks whose folder holds an events.parquet, ascending (None: not listed, e.g. a capture
+    made in memory): the others' raw events are not asked for, one request each."""
+
+    def __post_init__(self) -> None:
+        # Callers with a few ranks (Kineto folders, tests) give dicts of objects.
+        self.metas = WorkerMetas.of(self.metas)
+        self.statuses = WorkerStatuses.of(self.statuses)
 
     @property
-    def ranks(self) -> list[int]:
-        return sorted(self.metas)
+    def ranks(self) -> NDArray[np.int64]:
+        """The analysed ranks, ascending."""
+        return self.metas.ranks
+
+    def may_have_events(self, rank: int) -> bool:
+        """Whether the rank's events.parquet may be in the capture."""
+        if self.event_ranks is None:
+            return True
+        at = int(np.searchsorted(self.event_ranks, rank))
+        return at < len(self.event_ranks) and bool(self.event_ranks[at] == rank)
+
+    def hardware_key(self, rank: int) -> str | None:
+        at = int(np.searchsorted(self.hardware_ranks, rank))
+        found = at < len(self.hardware_ranks) and self.hardware_ranks[at] == rank
+        return layout.worker_key(rank, layout.HARDWARE) if found else None
 
     def close(self) -> None:
         """Remove the temporary files the capture holds (`scratch`)."""
@@ -82,21 +113,15 @@ def load_capture(storage: Storage, progress: Progress | None = None, jobs: int =
     """Read the capture under `storage`, or a folder of Kineto traces when there is none (read
     `jobs` trace files at a time)."""
     say = progress or (lambda _msg: None)
-    worker_keys = storage.list(f"{layout.WORKERS}/")
-    by_rank: dict[int, set[str]] = {}
-    refused: dict[str, str] = {}  # worker folder → why it is not read
-    for key in worker_keys:
-        rank = layout.rank_of_worker_key(key)
-        if rank is None:
-            continue
-        problem = rank_problem(rank)
-        if problem is not None:
-            refused.setdefault(key.rsplit("/", 1)[0], problem)
-            continue
-        by_rank.setdefault(rank, set()).add(key.rsplit("/", 1)[1])
-    notes = [f"ignored {storage.uri_of(folder)}/: {problem}" for folder, problem in refused.items()]
-    plan = _read_plan(storage, notes)
-    if not by_rank:
+    listing = _list_workers(storage, say)
+    plan_notes: list[str] = []
+    plan = _read_plan(storage, plan_notes)
+    files = None
+    if not isinstance(listing, WorkerListing) or listing.any_file():
+        files = read_worker_files(storage, listing, say)
+        listing = files.listing
+    notes = [*listing.notes, *plan_notes]
+    if files is None or not listing.any_file():
         from perfdiag.analyzer.load.kineto_source import find_traces, load_kineto
 
         traces = [] if plan is not None else find_traces(storage)
@@ -113,8 +138,6 @@ def load_capture(storage: Storage, progress: Progress | None = None, jobs: int =
             "traces (*.json, *.json.gz)"
         )
         raise NoCaptureError(f"no capture in {storage.uri}: {'; '.join([looked, *notes])}")
-
-    files = read_worker_files(storage, by_rank, say)
     notes += files.notes
     return Capture(
         source=storage.uri,
@@ -129,12 +152,58 @@ def load_capture(storage: Storage, progress: Progress | None = None, jobs: int =
         notes=notes,
         input_notes=list(notes),
         unreadable=files.unreadable,
-        hardware_keys={
-            rank: layout.worker_key(rank, layout.HARDWARE)
-            for rank, names in by_rank.items()
-            if layout.HARDWARE in names
-        },
+        hardware_ranks=listing.ranks_with(layout.HARDWARE),
+        event_ranks=listing.ranks_with(layout.EVENTS),
     )
+
+
+def _list_workers(storage: Storage, say: Progress) -> WorkerListing | Iterator[WorkerListing]:
+    """The worker folders of the capture. A local folder: the folders only (their files are
+    listed by the pool that reads them, side by side). Else every key under workers/, in parts
+    as the storage lists them (S3: 1,000 keys a request), so that the workers of the first
+    parts are read while the next are listed; an empty listing is one empty part."""
+    started = time.monotonic()
+    folder_uri = storage.uri_of(layout.WORKERS)
+    names = storage.list_names(layout.WORKERS)
+    if names is not None:
+        listing = parse_worker_folders(names, folder_uri)
+        if len(listing):
+            say(f"listed {len(listing):,} worker folders in {time.monotonic() - started:.1f} s")
+        return listing
+    pages = _ListingClock(storage.list_pages(f"{layout.WORKERS}/"), say)
+    parts = stream_worker_keys(pages, folder_uri)
+    first = next(parts, None)
+    if first is None:
+        return parse_worker_keys([], folder_uri)
+    return itertools.chain([first], parts)
+
+
+class _ListingClock(Iterator[list[str]]):
+    """The pages of a listing, with the time spent waiting for them said at the end (the
+    listing goes on side by side with the reading: its own time is that wait)."""
+
+    def __init__(self, pages: Iterator[list[str]], say: Progress) -> None:
+        self.pages, self.say = pages, say
+        self.waited = 0.0
+        self.keys = 0
+        self.count = 0
+
+    def __next__(self) -> list[str]:
+        started = time.monotonic()
+        try:
+            page = next(self.pages)
+        except StopIteration:
+            self.waited += time.monotonic() - started
+            if self.keys:
+                self.say(
+                    f"listed {self.keys:,} files in {self.count:,} page(s): {self.waited:.1f} s "
+                    "of listing, side by side with the reading"
+                )
+            raise
+        self.waited += time.monotonic() - started
+        self.keys += len(page)
+        self.count += 1
+        return page
 
 
 def _read_trigger(storage: Storage, notes: list[str]) -> Slowdown | None:

@@ -20,6 +20,7 @@ from perfdiag.analyzer.errors import CaptureError, NoCaptureError
 from perfdiag.analyzer.load.capture import Capture, empty_summary, normalize_summary
 from perfdiag.analyzer.load.collective_calls import collective_calls, empty_collectives
 from perfdiag.analyzer.load.timeline_events import keep_timeline_events
+from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.limits import rank_problem
 from perfdiag.api.schema import WorkerMeta
@@ -137,7 +138,7 @@ def _load(
         source=storage.uri,
         kind="kineto",
         summary=summary,
-        metas=metas,
+        metas=WorkerMetas.of(metas),
         notes=notes,
         input_notes=list(notes),
         # A rank whose trace was read from another file is not missing.

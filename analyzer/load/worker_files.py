@@ -1,31 +1,40 @@
-"""Reading every worker's files of a capture in bulk (docs/design.md §3 layout).
+"""Reading every worker's files of a capture in bulk (docs/design.md §3 layout, §5 scale).
 
-A capture can hold 100,000 workers. Per worker, the only work left in Python is fetching its
-files and handing the Parquet bytes to Arrow, done in batches on a pool as wide as the storage
+A capture can hold 1,000,000 workers. Per worker, the only work left in Python is fetching its
+files; everything else is done for a batch of workers at once, on a pool as wide as the storage
 says reads are worth having in flight: threads for S3 (many: its GETs wait on the network),
-processes for a large local folder (one per core: its reads are CPU work, and decoding a
-Parquet file holds the GIL, so a second thread adds nothing). Each batch comes back as one
-table. Everything else is done once for all
-workers: the WorkerMeta and status.json documents are validated by one pydantic call each, the
-summaries concatenated into one table whose rank column comes from the keys. A worker whose file
-fails a check goes through the one-file path (`read_summary_file`), which names the problem.
+processes for a large local folder (one per core: reading page-cached files is CPU work, which
+holds the GIL). In each batch the summaries are decoded together (analyzer/load/parquet_batch.py;
+a file that does not have the common layout is read by pyarrow), the WorkerMeta and status.json
+documents validated by one pydantic call each, and what the analysis reads of them kept as
+columns (analyzer/load/worker_table.py). Each batch comes back as one table and a few arrays.
+A worker whose file fails a check goes through the one-file path (`read_summary_file`), which
+names the problem.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import TypeAdapter, ValidationError
 
 from perfdiag.analyzer.errors import CaptureError
+from perfdiag.analyzer.load import parquet_batch
+from perfdiag.analyzer.load.listing import UNLISTED, WorkerListing, bit, mask_of, merge_listings
+from perfdiag.analyzer.load.worker_table import (
+    MetaColumns,
+    StatusColumns,
+    WorkerMetas,
+    WorkerStatuses,
+)
 from perfdiag.api.limits import world_size_problem
 from perfdiag.api.schema import (
     META_SCHEMA,
@@ -40,109 +49,216 @@ from perfdiag.api.worker import WorkerStatus
 from perfdiag.engine.process_pool import ProcessPoolError, map_in_processes
 from perfdiag.storage import Storage, StorageError, StorageNotFound, layout
 
-BATCH_WORKERS = 256
-"""Workers per thread-pool task: one future per worker cost more than its Parquet decode."""
+BATCH_WORKERS = 1024
+"""Workers per thread-pool task: the batch decoder's cost is mostly per batch."""
 PROCESS_MIN_WORKERS = 8192
 """Fewer workers are read on threads: a spawned process takes ~1 s to import its modules."""
-PROCESS_BATCH_WORKERS = 2048
+PROCESS_BATCH_WORKERS = 8192
 """Workers per process-pool task (one packed table each way)."""
-PROGRESS_EVERY_S = 1.0
+PROGRESS_EVERY_S = 5.0
+"""A count of the workers read at most this often: 1,000,000 workers take minutes, and the
+terminal (or the analyzer Job's log) should stay a screenful."""
+MAX_TEMPLATES = 4
+"""Layouts of summary files a process keeps (writers of several versions in one capture)."""
+TEMPLATE_TRIES = 2
+"""Files of a batch tried as the reference of a new layout before pyarrow reads the rest."""
 
 _METAS = TypeAdapter(list[WorkerMeta])
 _STATUSES = TypeAdapter(list[WorkerStatus])
 _SUMMARY_ID = SUMMARY_SCHEMA_ID.encode()
+_KEPT_KEYS = (META_SCHEMA, META_WORKER)
+_TEMPLATES: list[parquet_batch.Template] = []
 
 T = TypeVar("T")
+
+
+@dataclass
+class LoadTimes:
+    """Seconds spent per stage of the reading (wall, and CPU of the thread doing it), summed
+    over the pool's threads or processes."""
+
+    fetching: float = 0.0
+    decoding: float = 0.0
+    checking: float = 0.0
+    fetching_cpu: float = 0.0
+    decoding_cpu: float = 0.0
+    checking_cpu: float = 0.0
+
+    def add(self, other: LoadTimes) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{stage} {getattr(self, stage):.1f} s (CPU {getattr(self, stage + '_cpu'):.1f} s)"
+            for stage in ("fetching", "decoding", "checking")
+        )
+
+
+class _Clock:
+    """Wall and thread CPU time since the last lap."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def lap(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        lap = (wall - self.wall, cpu - self.cpu)
+        self.wall, self.cpu = wall, cpu
+        return lap
 
 
 @dataclass
 class WorkerFiles:
     """What the capture's workers left, read and checked."""
 
+    listing: WorkerListing
+    """The listing, with the files of the folders listed where they were read."""
     summary: pa.Table
-    metas: dict[int, WorkerMeta] = field(default_factory=dict)
-    statuses: dict[int, WorkerStatus] = field(default_factory=dict)
+    metas: WorkerMetas
+    statuses: WorkerStatuses
     stacks: dict[int, Any] = field(default_factory=dict)
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     unreadable: dict[int, str] = field(default_factory=dict)
+    times: LoadTimes = field(default_factory=LoadTimes)
 
 
 @dataclass
-class _Fetched:
-    """One batch of workers as fetched by a pool thread or process, not yet validated."""
+class _Batch:
+    """One batch of workers, read and checked by a pool thread or process."""
 
-    ranks: list[int] = field(default_factory=list)  # the workers with a summary, in order
-    tables: list[pa.Table] = field(default_factory=list)  # theirs, until packed
-    meta_json: list[bytes] = field(default_factory=list)
+    ranks: np.ndarray
+    """The batch's workers."""
+    files: np.ndarray
+    """Their file bits (analyzer/load/listing.py), as found."""
+    summary: pa.Table
+    """The summaries of the workers in `metas`, in rank order, rank column from the keys."""
+    metas: MetaColumns
+    statuses: StatusColumns
     unreadable: dict[int, str] = field(default_factory=dict)
-    status_json: dict[int, bytes] = field(default_factory=dict)
     stacks: dict[int, Any] = field(default_factory=dict)
     flight_recorders: dict[int, bytes] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # files not used, and why
-    # Packed: the summaries of SUMMARY_SCHEMA as one table (rows per rank, 0 for the others),
-    # the others (older engines' extra columns) apart. One table per batch, not one per
-    # worker: 100,000 small tables cost more than their rows, and cross a process cheaply.
-    summary: pa.Table | None = None
-    rows: list[int] = field(default_factory=list)
-    odd: dict[int, pa.Table] = field(default_factory=dict)
+    times: LoadTimes = field(default_factory=LoadTimes)
 
-    def pack(self) -> _Fetched:
-        standard = [t.schema.equals(SUMMARY_SCHEMA) for t in self.tables]
-        self.rows = [
-            t.num_rows if same else 0 for t, same in zip(self.tables, standard, strict=True)
-        ]
-        self.summary = (
-            pa.concat_tables(
-                [t for t, same in zip(self.tables, standard, strict=True) if same],
-            ).combine_chunks()
-            if any(standard)
-            else empty_summary()
-        )
-        self.odd = {
-            r: t for r, t, same in zip(self.ranks, self.tables, standard, strict=True) if not same
-        }
-        self.tables = []
-        return self
+
+@dataclass
+class _Raw:
+    """The bytes of a batch's files, as fetched."""
+
+    files: list[int] = field(default_factory=list)
+    summaries: list[tuple[int, bytes]] = field(default_factory=list)
+    statuses: list[tuple[int, bytes]] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, Any] = field(default_factory=dict)
+    flight_recorders: dict[int, bytes] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
 
 def read_worker_files(
-    storage: Storage, by_rank: dict[int, set[str]], say: Callable[[str], None]
+    storage: Storage,
+    listing: WorkerListing | Iterable[WorkerListing],
+    say: Callable[[str], None],
 ) -> WorkerFiles:
-    """Read summary.parquet, status.json, stacks.json and flight_recorder.pkl of every rank in
-    `by_rank` (rank → the file names listed under workers/<rank>/)."""
-    summary_ranks = [r for r in sorted(by_rank) if layout.SUMMARY in by_rank[r]]
-    say(f"loading {len(summary_ranks)} worker summaries from {storage.uri}")
-    ranks = sorted(by_rank)
-    fetched: list[_Fetched] = []
+    """Read summary.parquet, status.json, stacks.json and flight_recorder.pkl of every worker
+    of `listing`, or of its parts as they come (the workers of a part are read while the next
+    part is listed)."""
+    started = time.monotonic()
+    parts: list[WorkerListing] = []
+    of = ""  # "/N" where the number of workers is known before they are read
+    if isinstance(listing, WorkerListing):
+        parts.append(listing)
+        listed = not (listing.files & UNLISTED).any()
+        expected = int(listing.has(layout.SUMMARY).sum()) if listed else len(listing)
+        of = f"/{expected}"
+        say(f"loading {expected} worker summaries from {storage.uri}")
+        fetched = _fetch_all(storage, listing)
+        pool = _pool_words(storage, listing)
+    else:
+        say(f"loading the workers' files from {storage.uri} as they are listed")
+        fetched = _fetch_parts(storage, listing, parts)
+        pool = f"{_thread_width(storage)} threads"
+    batches: list[_Batch] = []
     loaded = 0
-    last_report = time.monotonic()
-    for batch in _fetch_all(storage, ranks, by_rank):
-        fetched.append(batch)
-        loaded += len(batch.ranks)
+    last_report = started
+    for batch in fetched:
+        batches.append(batch)
+        loaded += len(batch.metas.ranks) + len(batch.unreadable)
         now = time.monotonic()
         if now - last_report >= PROGRESS_EVERY_S:
-            say(f"loaded {loaded}/{len(summary_ranks)} workers")
+            say(f"loaded {loaded}{of} workers")
             last_report = now
-    files = _validate(storage, fetched)
-    if summary_ranks:
-        say(f"loaded {len(files.metas)}/{len(summary_ranks)} workers")
+    files = _join(merge_listings(parts, parts[0].folder_uri if parts else ""), batches)
+    expected = int(files.listing.has(layout.SUMMARY).sum())
+    if expected:
+        say(f"loaded {len(files.metas)}/{expected} workers")
+        say(
+            f"read the workers' files in {time.monotonic() - started:.1f} s: "
+            f"{files.times.describe()}, summed over {pool}"
+        )
     return files
 
 
-def _fetch_all(
-    storage: Storage, ranks: list[int], by_rank: dict[int, set[str]]
-) -> Iterator[_Fetched]:
+def _fetch_parts(
+    storage: Storage, parts: Iterable[WorkerListing], seen: list[WorkerListing]
+) -> Iterator[_Batch]:
+    """The workers' files in batches of the parts of a listing, read on threads as the parts
+    come (each part kept in `seen`)."""
+
+    def groups() -> Iterator[tuple[list[int], list[int]]]:
+        ranks: list[int] = []
+        files: list[int] = []
+        for part in parts:
+            seen.append(part)
+            ranks += part.ranks.tolist()
+            files += part.files.tolist()
+            while len(ranks) >= BATCH_WORKERS:
+                yield ranks[:BATCH_WORKERS], files[:BATCH_WORKERS]
+                ranks, files = ranks[BATCH_WORKERS:], files[BATCH_WORKERS:]
+        if ranks:
+            yield ranks, files
+
+    with ThreadPoolExecutor(max_workers=_thread_width(storage)) as pool:
+        # map submits every group as the listing makes it: the first are read meanwhile.
+        yield from pool.map(lambda group: _fetch_batch(storage, *group), groups())
+
+
+def _pool_words(storage: Storage, listing: WorkerListing) -> str:
+    if _in_processes(storage, listing):
+        return f"{storage.read_concurrency} processes"
+    return f"{_thread_width(storage)} threads"
+
+
+def _thread_width(storage: Storage) -> int:
+    """Threads reading batches: where reading is CPU work, threads beyond one per core contend
+    for the GIL; a storage that fetches side by side needs two batches at once, one fetched
+    while the other is decoded."""
+    if storage.reads_side_by_side:
+        return 2
+    if storage.reads_are_cpu_work:
+        return min(storage.read_concurrency, os.cpu_count() or 1)
+    return storage.read_concurrency
+
+
+def _in_processes(storage: Storage, listing: WorkerListing) -> bool:
+    return (
+        storage.reads_are_cpu_work
+        and storage.read_concurrency > 1
+        and len(listing) >= PROCESS_MIN_WORKERS
+    )
+
+
+def _fetch_all(storage: Storage, listing: WorkerListing) -> Iterator[_Batch]:
     """The workers' files in batches, in rank order: on a pool of processes where reading is
-    CPU work (Parquet decoding holds the GIL: threads beyond one add nothing) and the capture
-    is large enough to pay for starting them, else on threads."""
+    CPU work and the capture is large enough to pay for starting them, else on threads."""
     width = storage.read_concurrency
+    ranks, files = listing.ranks.tolist(), listing.files.tolist()
     done = 0
-    if storage.reads_are_cpu_work and width > 1 and len(ranks) >= PROCESS_MIN_WORKERS:
+    if _in_processes(storage, listing):
         size = PROCESS_BATCH_WORKERS
         tasks = [
-            (storage, part, {r: by_rank[r] for r in part})
-            for part in (ranks[i : i + size] for i in range(0, len(ranks), size))
+            (storage, ranks[i : i + size], files[i : i + size]) for i in range(0, len(ranks), size)
         ]
         try:
             for index, batch in enumerate(map_in_processes(_fetch_task, tasks, width)):
@@ -151,15 +267,198 @@ def _fetch_all(
             return
         except ProcessPoolError:
             pass  # go on in threads: slower, and it says why if a file is at fault
-    rest = ranks[done:]
-    batches = [rest[i : i + BATCH_WORKERS] for i in range(0, len(rest), BATCH_WORKERS)]
-    with ThreadPoolExecutor(max_workers=max(1, min(width, len(batches)))) as pool:
-        yield from pool.map(lambda b: _fetch_batch(storage, b, by_rank).pack(), batches)
+    size = BATCH_WORKERS
+    starts = range(done, len(ranks), size)
+    with ThreadPoolExecutor(max_workers=max(1, min(_thread_width(storage), len(starts)))) as pool:
+        yield from pool.map(
+            lambda i: _fetch_batch(storage, ranks[i : i + size], files[i : i + size]), starts
+        )
 
 
-def _fetch_task(task: tuple[Storage, list[int], dict[int, set[str]]]) -> _Fetched:
-    storage, ranks, by_rank = task
-    return _fetch_batch(storage, ranks, by_rank).pack()
+def _fetch_task(task: tuple[Storage, list[int], list[int]]) -> _Batch:
+    return _fetch_batch(*task)
+
+
+def _fetch_batch(storage: Storage, ranks: Sequence[int], files: Sequence[int]) -> _Batch:
+    times = LoadTimes()
+    clock = _Clock()
+    raw = _fetch(storage, ranks, files)
+    times.fetching, times.fetching_cpu = clock.lap()
+    decoded_ranks, table, rows, documents = _decode_summaries(storage, raw)
+    times.decoding, times.decoding_cpu = clock.lap()
+    metas, keep = _check_metas(storage, decoded_ranks, documents, raw.unreadable)
+    table = table.filter(pa.array(np.repeat(keep, rows))) if not keep.all() else table
+    statuses, notes = _check_statuses(storage, raw.statuses)
+    times.checking, times.checking_cpu = clock.lap()
+    return _Batch(
+        ranks=np.asarray(ranks, np.int64),
+        files=np.asarray(raw.files, np.uint8),
+        summary=table,
+        metas=metas,
+        statuses=statuses,
+        unreadable=raw.unreadable,
+        stacks=raw.stacks,
+        flight_recorders=raw.flight_recorders,
+        problems=raw.problems + notes,
+        times=times,
+    )
+
+
+# -- fetching --------------------------------------------------------------------------------
+
+
+def _fetch(storage: Storage, ranks: Sequence[int], files: Sequence[int]) -> _Raw:
+    """The files of the batch's workers: the listed ones asked of the storage all at once (S3
+    fetches them side by side), the folders not listed yet listed and read one by one."""
+    out = _Raw()
+    wanted: list[tuple[int, str]] = []
+    found: list[tuple[int, str, bytes | StorageError]] = []
+    for rank, mask in zip(ranks, files, strict=True):
+        if mask & UNLISTED:
+            names, read = storage.read_folder(layout.worker_key(rank, ""), _READ)
+            mask = mask_of(names)
+            found += [(rank, name, read[name]) for name in _READ if name in read]
+        else:
+            wanted += [(rank, name) for name in _READ if mask & bit(name)]
+        out.files.append(mask)
+    got: list[bytes | StorageError] = storage.get_many(
+        [layout.worker_key(rank, name) for rank, name in wanted]
+    )
+    found += [(rank, name, data) for (rank, name), data in zip(wanted, got, strict=True)]
+    for rank, name, data in sorted(found, key=lambda item: (item[0], _READ.index(item[1]))):
+        _take(storage, rank, name, data, out)
+    return out
+
+
+def _take(storage: Storage, rank: int, name: str, data: bytes | StorageError, out: _Raw) -> None:
+    if isinstance(data, StorageNotFound):
+        return  # listed, then gone: like a worker that never wrote it
+    if isinstance(data, StorageError):
+        origin = storage.uri_of(layout.worker_key(rank, name))
+        if name == layout.SUMMARY:  # a FIFO, a device, a folder, no permission
+            out.unreadable[rank] = f"{origin}: {data}"
+        else:  # say so, go on
+            out.problems.append(f"ignored {origin}: {data}")
+    elif name == layout.SUMMARY:
+        out.summaries.append((rank, data))
+    elif name == layout.STATUS:
+        out.statuses.append((rank, data))
+    elif name == layout.STACKS:
+        _stack(storage, rank, data, out)
+    else:
+        out.flight_recorders[rank] = data
+
+
+_READ = (layout.SUMMARY, layout.STATUS, layout.STACKS, layout.FLIGHT_RECORDER)
+
+
+def _stack(storage: Storage, rank: int, data: bytes, out: _Raw) -> None:
+    try:
+        out.stacks[rank] = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        origin = storage.uri_of(layout.worker_key(rank, layout.STACKS))
+        out.problems.append(f"ignored {origin}: not readable JSON ({_json_problem(exc)})")
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+
+def _decode_summaries(
+    storage: Storage, raw: _Raw
+) -> tuple[list[int], pa.Table, np.ndarray, list[bytes]]:
+    """The summaries of `raw`: (ranks read, their rows as one table in rank order, rows per
+    rank, each rank's WorkerMeta document). Unreadable ones go to `raw.unreadable`."""
+    datas = [data for _, data in raw.summaries]
+    documents: dict[int, bytes] = {}  # file index → its WorkerMeta document
+    groups: list[_Group] = []
+    pending = np.arange(len(datas))
+    for template in _templates_for(datas):
+        if not len(pending):
+            break
+        decoded = parquet_batch.decode(template, [datas[i] for i in pending])
+        ids = decoded.values[META_SCHEMA]
+        ok = decoded.ok & np.fromiter((v == _SUMMARY_ID for v in ids), bool, len(ids))
+        if ok.any():
+            table = decoded.table
+            if (ok != decoded.ok).any():  # another schema id: pyarrow's path names it
+                table = table.filter(pa.array(np.repeat(ok[decoded.ok], decoded.rows[decoded.ok])))
+            groups.append(_Group(pending[ok], table, decoded.rows[ok]))
+            worker = decoded.values[META_WORKER]
+            for index, i in zip(np.flatnonzero(ok).tolist(), pending[ok].tolist(), strict=True):
+                document = worker[index]
+                assert document is not None
+                documents[i] = document
+        pending = pending[~ok]
+    for i in pending.tolist():
+        rank, data = raw.summaries[i]
+        read = _read_one(storage, rank, data, raw.unreadable)
+        if read is not None:
+            groups.append(_Group(np.array([i]), read[0], np.array([read[0].num_rows])))
+            documents[i] = read[1]
+    return _in_order(raw, groups, documents)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Summaries decoded together: the files (indexes in the batch), their rows, row counts."""
+
+    files: np.ndarray
+    table: pa.Table
+    rows: np.ndarray
+
+
+def _in_order(
+    raw: _Raw, groups: list[_Group], documents: dict[int, bytes]
+) -> tuple[list[int], pa.Table, np.ndarray, list[bytes]]:
+    """The groups' rows in the order of the files (a batch is in rank order)."""
+    order = sorted(documents)
+    ranks = [raw.summaries[i][0] for i in order]
+    if not groups:
+        return ranks, empty_summary(), np.zeros(0, np.int64), []
+    rows_of = np.zeros(len(raw.summaries), np.int64)
+    for group in groups:
+        rows_of[group.files] = group.rows
+    table = pa.concat_tables([g.table for g in groups]).combine_chunks()
+    if len(groups) > 1:
+        owners = np.concatenate([np.repeat(g.files, g.rows) for g in groups])
+        table = table.take(pa.array(np.argsort(owners, kind="stable")))
+    rows = rows_of[order]
+    # The key is authoritative for the rank column (one file = one worker).
+    rank_column = pa.array(np.repeat(np.asarray(ranks, np.int32), rows), pa.int32())
+    return ranks, table.set_column(0, "rank", rank_column), rows, [documents[i] for i in order]
+
+
+def _templates_for(datas: Sequence[bytes]) -> Iterator[parquet_batch.Template]:
+    """The layouts known to this process, then new ones taken from files of this batch that
+    pyarrow reads as a plain summary."""
+    yield from list(_TEMPLATES)
+    for data in datas[:TEMPLATE_TRIES]:
+        try:
+            template = parquet_batch.make_template(data, SUMMARY_SCHEMA, _KEPT_KEYS)
+        except parquet_batch.NoTemplate:
+            continue
+        _TEMPLATES.insert(0, template)
+        del _TEMPLATES[MAX_TEMPLATES:]
+        yield template
+
+
+def _read_one(
+    storage: Storage, rank: int, data: bytes, unreadable: dict[int, str]
+) -> tuple[pa.Table, bytes] | None:
+    """A summary read by pyarrow: its table (SUMMARY_SCHEMA) and its WorkerMeta document."""
+    origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
+    try:
+        table = _decode(origin, data)
+        meta = table.schema.metadata or {}
+        if meta.get(META_SCHEMA) == _SUMMARY_ID and META_WORKER in meta:
+            return normalize_summary(table, origin), meta[META_WORKER]
+        # The path that names what is wrong with an odd file (or reads one that is only odd).
+        table, checked = read_summary_file(storage, rank, data)
+    except CaptureError as exc:
+        # One bad file must not sink the diagnosis of all the others.
+        unreadable[rank] = str(exc)
+        return None
+    return table, checked.model_dump_json().encode()
 
 
 def read_summary_file(storage: Storage, rank: int, data: bytes) -> tuple[pa.Table, WorkerMeta]:
@@ -204,6 +503,9 @@ def _decode(origin: str, data: bytes) -> pa.Table:
         raise CaptureError(f"{origin}: not a readable Parquet file: {exc}") from exc
 
 
+# -- checking --------------------------------------------------------------------------------
+
+
 def _check_meta(origin: str, rank: int, meta: WorkerMeta) -> None:
     if meta.rank != rank:
         raise CaptureError(f"{origin}: file says rank {meta.rank}, its key says rank {rank}")
@@ -215,136 +517,17 @@ def _check_meta(origin: str, rank: int, meta: WorkerMeta) -> None:
         raise CaptureError(f"{origin}: the window has no steps")
 
 
-def _fetch_batch(storage: Storage, ranks: Sequence[int], by_rank: dict[int, set[str]]) -> _Fetched:
-    out = _Fetched()
-    for rank in ranks:
-        names = by_rank[rank]
-        if layout.SUMMARY in names:
-            _fetch_summary(storage, rank, out)
-        status = _get(storage, rank, layout.STATUS, names, out)
-        if status is not None:
-            out.status_json[rank] = status
-        stack = _get(storage, rank, layout.STACKS, names, out)
-        if stack is not None:
-            try:
-                out.stacks[rank] = json.loads(stack)
-            except (ValueError, RecursionError) as exc:
-                origin = storage.uri_of(layout.worker_key(rank, layout.STACKS))
-                out.problems.append(f"ignored {origin}: not readable JSON ({_json_problem(exc)})")
-        recorded = _get(storage, rank, layout.FLIGHT_RECORDER, names, out)
-        if recorded is not None:
-            out.flight_recorders[rank] = recorded
-    return out
-
-
-def _fetch_summary(storage: Storage, rank: int, out: _Fetched) -> None:
-    origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
-    try:
-        data = storage.get_bytes(layout.worker_key(rank, layout.SUMMARY))
-    except StorageNotFound:
-        return  # listed, then gone: like a worker that never wrote one
-    except StorageError as exc:  # a FIFO, a device, a folder, no permission
-        out.unreadable[rank] = f"{origin}: {exc}"
-        return
-    try:
-        table = _decode(origin, data)
-    except CaptureError as exc:
-        # One bad file must not sink the diagnosis of all the others.
-        out.unreadable[rank] = str(exc)
-        return
-    meta = table.schema.metadata or {}
-    if meta.get(META_SCHEMA) != _SUMMARY_ID or META_WORKER not in meta:
-        _fetch_one_by_one(storage, rank, data, out)
-        return
-    out.ranks.append(rank)
-    out.tables.append(table.replace_schema_metadata(None))
-    out.meta_json.append(meta[META_WORKER])
-
-
-def _fetch_one_by_one(storage: Storage, rank: int, data: bytes, out: _Fetched) -> None:
-    """The path that names what is wrong with an odd file (or reads one that is only odd)."""
-    try:
-        table, meta = read_summary_file(storage, rank, data)
-    except CaptureError as exc:
-        out.unreadable[rank] = str(exc)
-        return
-    out.ranks.append(rank)
-    out.tables.append(table)
-    out.meta_json.append(meta.model_dump_json().encode())
-
-
-def _get(storage: Storage, rank: int, name: str, names: set[str], out: _Fetched) -> bytes | None:
-    if name not in names:
-        return None
-    try:
-        return storage.get_bytes(layout.worker_key(rank, name))
-    except StorageNotFound:
-        return None
-    except StorageError as exc:  # a FIFO, a device, a folder, no permission: say so, go on
-        out.problems.append(f"ignored {storage.uri_of(layout.worker_key(rank, name))}: {exc}")
-        return None
-
-
-def _json_problem(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at byte {exc.pos}"
-    return str(exc)
-
-
-def _validate(storage: Storage, fetched: list[_Fetched]) -> WorkerFiles:
-    ranks = [r for batch in fetched for r in batch.ranks]
-    unreadable = {r: why for batch in fetched for r, why in batch.unreadable.items()}
-    metas = _validate_metas(
-        storage, ranks, [m for batch in fetched for m in batch.meta_json], unreadable
-    )
-    parts: list[pa.Table] = []
-    for batch in fetched:
-        kept = np.fromiter((r in metas for r in batch.ranks), bool, len(batch.ranks))
-        rows = np.asarray(batch.rows, np.int64)
-        assert batch.summary is not None, "batches are packed where they are fetched"
-        # The key is authoritative for the rank column (one file = one worker).
-        rank_column = np.repeat(np.asarray(batch.ranks, np.int32)[kept], rows[kept])
-        table = batch.summary.filter(pa.array(np.repeat(kept, rows)))
-        parts.append(table.set_column(0, "rank", pa.array(rank_column, pa.int32())))
-        for rank, odd in batch.odd.items():
-            if rank not in metas:
-                continue
-            origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
-            try:
-                table = normalize_summary(odd, origin)
-            except CaptureError as exc:
-                unreadable[rank] = str(exc)
-                del metas[rank]
-                continue
-            column = pa.array(np.full(table.num_rows, rank, np.int32))
-            parts.append(table.set_column(0, "rank", column))
-    statuses, notes = _validate_statuses(
-        storage, {r: s for batch in fetched for r, s in batch.status_json.items()}
-    )
-    notes = [p for batch in fetched for p in batch.problems] + notes
-    return WorkerFiles(
-        summary=_concat(parts, in_order=not any(batch.odd for batch in fetched)),
-        metas=dict(sorted(metas.items())),
-        statuses=statuses,
-        stacks={r: s for batch in fetched for r, s in batch.stacks.items()},
-        flight_recorders={r: b for batch in fetched for r, b in batch.flight_recorders.items()},
-        notes=notes,
-        unreadable=dict(sorted(unreadable.items())),
-    )
-
-
-def _validate_metas(
+def _check_metas(
     storage: Storage, ranks: list[int], documents: list[bytes], unreadable: dict[int, str]
-) -> dict[int, WorkerMeta]:
+) -> tuple[MetaColumns, np.ndarray]:
     """All WorkerMeta documents by one pydantic call; a document that fails goes through
-    read_meta's path again, so its message is the one a single file gets."""
+    read_meta's path again, so its message is the one a single file gets. Returns the columns
+    of those that pass and, per document, whether it passed."""
     parsed = _validate_all(_METAS, documents)
-    metas: dict[int, WorkerMeta] = {}
-    for rank, document, meta in zip(ranks, documents, parsed, strict=True):
+    metas: list[WorkerMeta] = []
+    kept: list[bytes] = []
+    keep = np.zeros(len(ranks), bool)
+    for i, (rank, document, meta) in enumerate(zip(ranks, documents, parsed, strict=True)):
         origin = storage.uri_of(layout.worker_key(rank, layout.SUMMARY))
         try:
             checked = meta or WorkerMeta.model_validate(json.loads(document))
@@ -357,40 +540,64 @@ def _validate_metas(
                 f"{origin}: {_json_problem(exc) if isinstance(exc, RecursionError) else exc}"
             )
             continue
-        metas[rank] = checked
-    return metas
+        metas.append(checked)
+        kept.append(document if meta is not None else checked.model_dump_json().encode())
+        keep[i] = True
+    return MetaColumns.of(metas, kept), keep
 
 
-def _validate_statuses(
-    storage: Storage, documents: dict[int, bytes]
-) -> tuple[dict[int, WorkerStatus], list[str]]:
+def _check_statuses(
+    storage: Storage, documents: list[tuple[int, bytes]]
+) -> tuple[StatusColumns, list[str]]:
     """All status.json documents by one pydantic call. One that fails is read again on its
     own and ignored (as a missing status), with a note that says why."""
-    ranks = sorted(documents)
-    texts = [documents[r] for r in ranks]
-    statuses: dict[int, WorkerStatus] = {}
+    texts = [text for _, text in documents]
+    ranks: list[int] = []
+    statuses: list[WorkerStatus] = []
+    kept: list[bytes] = []
     notes: list[str] = []
     validated: list[WorkerStatus | None] = _validate_all(_STATUSES, texts)
-    for rank, text, status in zip(ranks, texts, validated, strict=True):
-        if status is not None:
-            statuses[rank] = status
-            continue
-        try:
-            document = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            origin = storage.uri_of(layout.worker_key(rank, layout.STATUS))
-            notes.append(
-                f"ignored unreadable status of rank {rank}: {origin} is not readable JSON "
-                f"({_json_problem(exc)})"
-            )
-            continue
-        try:
-            statuses[rank] = WorkerStatus.model_validate(document)
-        except ValidationError as exc:
-            notes.append(
-                f"ignored unreadable status of rank {rank}: {validation_problems(exc, limit=1)}"
-            )
-    return statuses, notes
+    for (rank, text), status in zip(documents, validated, strict=True):
+        if status is None:
+            status = _status_alone(storage, rank, text, notes)
+            if status is None:
+                continue
+            text = status.model_dump_json().encode()
+        ranks.append(rank)
+        statuses.append(status)
+        kept.append(text)
+    return StatusColumns.of(ranks, statuses, kept), notes
+
+
+def _status_alone(
+    storage: Storage, rank: int, text: bytes, notes: list[str]
+) -> WorkerStatus | None:
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        origin = storage.uri_of(layout.worker_key(rank, layout.STATUS))
+        notes.append(
+            f"ignored unreadable status of rank {rank}: {origin} is not readable JSON "
+            f"({_json_problem(exc)})"
+        )
+        return None
+    try:
+        return WorkerStatus.model_validate(document)
+    except ValidationError as exc:
+        notes.append(
+            f"ignored unreadable status of rank {rank}: {validation_problems(exc, limit=1)}"
+        )
+        return None
+
+
+def _json_problem(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at byte {exc.pos}"
+    return str(exc)
 
 
 def _validate_all(adapter: TypeAdapter[list[T]], documents: Sequence[bytes]) -> list[T | None]:
@@ -423,12 +630,35 @@ def _validate_all(adapter: TypeAdapter[list[T]], documents: Sequence[bytes]) -> 
     return _validate_all(adapter, documents[:half]) + _validate_all(adapter, documents[half:])
 
 
-def _concat(parts: list[pa.Table], *, in_order: bool) -> pa.Table:
-    """The workers' summaries as one table in rank order (batches come in rank order; a
-    worker read apart, with an odd file, is sorted in)."""
-    if not parts:
-        return empty_summary()
-    summary = pa.concat_tables(parts).combine_chunks()
-    if in_order:
-        return summary
-    return summary.take(pc.sort_indices(summary["rank"]))
+# -- joining ---------------------------------------------------------------------------------
+
+
+def _join(listing: WorkerListing, batches: list[_Batch]) -> WorkerFiles:
+    """The batches as one capture's worth of files, in rank order (batches of a listing made
+    in pages come in the order of their keys: 1, 10, 100, …)."""
+    times = LoadTimes()
+    for batch in batches:
+        times.add(batch.times)
+    if batches:
+        ranks = np.concatenate([b.ranks for b in batches])
+        files = np.concatenate([b.files for b in batches]).astype(np.uint8)
+        order = np.argsort(ranks, kind="stable")
+        listing = replace(listing, ranks=ranks[order], files=files[order])
+    summaries = [b.summary for b in batches if b.summary.num_rows]
+    summary = pa.concat_tables(summaries).combine_chunks() if summaries else empty_summary()
+    rank = summary.column("rank").to_numpy()
+    if (np.diff(rank) < 0).any():
+        summary = summary.take(pa.array(np.argsort(rank, kind="stable")))
+    metas = MetaColumns.concat([b.metas for b in batches])
+    statuses = StatusColumns.concat([b.statuses for b in batches])
+    return WorkerFiles(
+        listing=listing,
+        summary=summary,
+        metas=WorkerMetas(metas.take(np.argsort(metas.ranks, kind="stable"))),
+        statuses=WorkerStatuses(statuses.take(np.argsort(statuses.ranks, kind="stable"))),
+        stacks={r: s for b in batches for r, s in b.stacks.items()},
+        flight_recorders={r: f for b in batches for r, f in b.flight_recorders.items()},
+        notes=[p for b in batches for p in b.problems],
+        unreadable=dict(sorted((r, w) for b in batches for r, w in b.unreadable.items())),
+        times=times,
+    )

@@ -37,7 +37,7 @@ from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.ranks import format_runs, merge_runs, run_count
 from perfdiag.api.schema import CATEGORIES, IDLE
 from perfdiag.api.taxonomy import COMMUNICATION
-from perfdiag.api.verdict import RankRange, WorkerInfo
+from perfdiag.api.verdict import RankRange, WorkerInfo, WorkerRange
 
 if TYPE_CHECKING:
     import jinja2
@@ -131,19 +131,40 @@ def _ranks_shown(analysis: Analysis, culprits: set[int]) -> list[int]:
     """All ranks when few; else the flagged ones, the slowest, and an even sample."""
     everyone = analysis.account.expected
     if len(everyone) <= MAX_RANKS_SHOWN:
-        return everyone
+        shown: list[int] = everyone.tolist()
+        return shown
     chosen = set(sorted(culprits)[: MAX_RANKS_SHOWN // 4])
-    chosen |= set(list(analysis.account.missing)[: MAX_RANKS_SHOWN // 8])
+    chosen |= set(analysis.account.missing.first(MAX_RANKS_SHOWN // 8))
     chosen |= set(list(analysis.account.stuck)[: MAX_RANKS_SHOWN // 8])
     steps = analysis.steps
     slowest = steps.ranks[np.argsort(-steps.median_ms)][: MAX_RANKS_SHOWN // 4]
     chosen |= {int(r) for r in slowest}
-    rest = [r for r in everyone if r not in chosen]
+    rest = everyone[~np.isin(everyone, np.fromiter(chosen, np.int64, len(chosen)))]
     room = MAX_RANKS_SHOWN - len(chosen)
-    if room > 0 and rest:
+    if room > 0 and len(rest):
         picks = np.linspace(0, len(rest) - 1, num=min(room, len(rest))).round().astype(int)
-        chosen |= {rest[i] for i in picks}
+        chosen |= {int(r) for r in rest[picks]}
     return sorted(chosen)
+
+
+class _Positions:
+    """Rank → its row in an ascending array of ranks (a dict of a million ranks costs 100 MB)."""
+
+    def __init__(self, ranks: np.ndarray) -> None:
+        self.ranks = ranks
+
+    def get(self, rank: int) -> int | None:
+        at = int(np.searchsorted(self.ranks, rank))
+        return at if at < len(self.ranks) and self.ranks[at] == rank else None
+
+    def __contains__(self, rank: int) -> bool:
+        return self.get(rank) is not None
+
+    def __getitem__(self, rank: int) -> int:
+        at = self.get(rank)
+        if at is None:
+            raise KeyError(rank)
+        return at
 
 
 def _facts(analysis: Analysis) -> list[tuple[str, str]]:
@@ -295,7 +316,7 @@ def _scalar(value: Any) -> str | None:
 
 def _step_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
     steps = analysis.steps
-    position = {int(r): i for i, r in enumerate(steps.ranks)}
+    position = _Positions(steps.ranks)
     medians = steps.median_ms
     bars = []
     for rank in shown:
@@ -357,7 +378,7 @@ def _breakdown_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -
     order = [c for c in CATEGORY_ORDER if c in present] + sorted(
         c for c in present if c not in CATEGORY_ORDER
     )
-    position = {int(r): i for i, r in enumerate(features.ranks)}
+    position = _Positions(features.ranks)
     held = _held_back_ms(analysis)
     if held:
         order = (
@@ -421,7 +442,7 @@ def _collectives(analysis: Analysis, culprits: set[int], shown: list[int]) -> _C
         return None
     features = analysis.features
     per_rank = result.per_rank
-    position = {int(r): i for i, r in enumerate(features.ranks)}
+    position = _Positions(features.ranks)
     categories = ["transfer", "waiting for the last rank"]
     bars = []
     for rank in shown:
@@ -471,7 +492,7 @@ def _heatmap_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> 
         [*flagged_cols.tolist(), *rest[: HEATMAP_ROWS - len(flagged_cols)]],
         key=lambda k: -float(beta[:, k].max()),
     )
-    position = {int(r): i for i, r in enumerate(features.ranks)}
+    position = _Positions(features.ranks)
     columns = [r for r in shown if r in position]
     cells = []
     for k in rows:
@@ -521,7 +542,7 @@ class _Workers:
 def _workers(analysis: Analysis) -> _Workers:
     account = analysis.account
     features = analysis.features
-    position = {int(r): i for i, r in enumerate(features.ranks)}
+    position = _Positions(features.ranks)
     comm = features.wait_index if len(features.ranks) else None
     nw = features.non_wait_index
     verdict = analysis.verdict
@@ -529,19 +550,24 @@ def _workers(analysis: Analysis) -> _Workers:
     # At most MAX_WORKER_ROWS rows, problems first: a row per missing or stuck worker and per
     # range of ranks with no file (verdict.missing), so that a world size claimed by the input,
     # far above the ranks it holds, does not make the page grow with it.
-    problems: list[WorkerInfo | RankRange] = [w for w in workers if w.state != "ok"]
+    problems: list[WorkerInfo | RankRange | WorkerRange] = [w for w in workers if w.state != "ok"]
     problems += verdict.missing
+    problems += [r for r in verdict.worker_ranges if r.state != "ok"]
     problems.sort(key=lambda p: p.rank if isinstance(p, WorkerInfo) else p.first)
     unlisted_problems = problems[MAX_WORKER_ROWS:]
     problems = problems[:MAX_WORKER_ROWS]
     healthy = [w for w in workers if w.state == "ok"]
     listed = problems + healthy[: max(0, MAX_WORKER_ROWS - len(problems))]
     listed.sort(key=lambda p: p.rank if isinstance(p, WorkerInfo) else p.first)
+    # Healthy workers without a row in verdict.json (a capture of more than it lists).
+    ranged_ok = sum(r.last - r.first + 1 for r in verdict.worker_ranges if r.state == "ok")
     rows = []
     for w in listed:
-        if isinstance(w, RankRange):
+        if isinstance(w, RankRange | WorkerRange):
             ranks = format_runs([(w.first, w.last)])
-            rows.append(_WorkerRow(ranks, "—", "—", "missing", "—", "—", "—", w.reason))
+            state = w.state if isinstance(w, WorkerRange) else "missing"
+            reason = w.reason if isinstance(w, RankRange) else "—"
+            rows.append(_WorkerRow(ranks, "—", "—", state, "—", "—", "—", reason))
             continue
         i = position.get(w.rank)
         step = ms(float(analysis.steps.median_ms[i])) if i is not None else "—"
@@ -563,6 +589,6 @@ def _workers(analysis: Analysis) -> _Workers:
         rows=rows,
         unlisted_problems=run_count(runs),
         unlisted_problem_ranks=format_runs(runs),
-        unlisted_healthy=len(healthy) - (len(listed) - len(problems)),
+        unlisted_healthy=len(healthy) - (len(listed) - len(problems)) + ranged_ok,
         less_cpu_wait=features.cpu_wait is not None,
     )

@@ -217,8 +217,8 @@ def _raw_table(analysis: Analysis, storage: Storage, rank: int) -> pa.Table | No
     if kept is not None:
         with pa.memory_map(str(kept)) as source:
             return pa.ipc.open_file(source).read_all()
-    if capture.kind != "capture":
-        return None  # a Kineto trace the import kept nothing of
+    if capture.kind != "capture" or not capture.may_have_events(rank):
+        return None  # a Kineto trace the import kept nothing of, or raw events not kept
     try:
         data = storage.get_bytes(layout.worker_key(rank, layout.EVENTS))
     except StorageNotFound:

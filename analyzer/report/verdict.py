@@ -11,18 +11,43 @@ from perfdiag.analyzer.findings.reported import Reported
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.workers import WorkerAccount, missing_ranges, worker_infos
 from perfdiag.analyzer.text import ms, pct, ranks_phrase
+from perfdiag.api.ranks import format_runs, rank_runs
 from perfdiag.api.thresholds import Thresholds
+from perfdiag.api.verdict import (
+    MAX_FINDING_RANKS,
+    MAX_WORKER_ROWS,
+    Finding,
+    Verdict,
+    VerdictStatus,
+    WindowInfo,
+)
 from perfdiag.api.verdict import StepTimes as StepTimesModel
-from perfdiag.api.verdict import Verdict, VerdictStatus, WindowInfo
+
+MAX_FINDING_RUNS = 100
+"""Runs of ranks a bounded finding's evidence spells out (the rest counted)."""
 
 
-def window_info(capture: Capture, steps: StepTimes) -> WindowInfo:
+SLOWEST_LISTED = 20
+"""In a capture of more than MAX_WORKER_ROWS workers, per_rank lists the rows' ranks and these
+many of the slowest."""
+
+
+def window_info(
+    capture: Capture, steps: StepTimes, listed: Sequence[int] | None = None
+) -> WindowInfo:
+    """The window and its step times; `listed`: the ranks whose step times to give when not
+    all are (None: all)."""
     medians = steps.median_ms if len(steps.ranks) else np.zeros(0)
-    per_rank = {str(int(r)): round(float(m), 3) for r, m in zip(steps.ranks, medians, strict=True)}
-    metas = list(capture.metas.values())
-    if metas:
-        start_step = min(m.window.start_step for m in metas)
-        n_steps = max(len(m.window.step_bounds_ns) for m in metas)
+    chosen = np.ones(len(steps.ranks), bool)
+    if listed is not None and len(steps.ranks) > MAX_WORKER_ROWS:
+        chosen = np.isin(steps.ranks, np.asarray(listed, np.int64))
+        chosen[np.argsort(-medians, kind="stable")[:SLOWEST_LISTED]] = True
+    per_rank = {
+        str(int(r)): round(float(m), 3)
+        for r, m in zip(steps.ranks[chosen], medians[chosen], strict=True)
+    }
+    if len(capture.metas):
+        start_step, n_steps = capture.metas.window_start()
     else:
         start_step = 0
         # A stacks plan (a hang before any window) captured no steps.
@@ -37,6 +62,7 @@ def window_info(capture: Capture, steps: StepTimes) -> WindowInfo:
             else 0.0,
             max=round(float(np.max(medians)), 3) if len(medians) else 0.0,
             per_rank=per_rank,
+            omitted=int(len(medians) - chosen.sum()),
         ),
     )
 
@@ -133,22 +159,42 @@ def build_verdict(
     thresholds: Thresholds,
     observations: Sequence[Reported] = (),
 ) -> Verdict:
-    window = window_info(capture, steps)
     status = status_of(account, [r for r in reported if r.finding.kind != "hang"])
     if account.stuck:
         status = "hang"
+    ordered = sorted(reported, key=lambda r: -r.finding.severity)
+    workers, ranges = worker_infos(
+        capture, account, [rank for r in ordered for rank in r.finding.ranks]
+    )
+    window = window_info(capture, steps, [w.rank for w in workers] if ranges else None)
     verdict = Verdict(
         status=status,
         summary=summary_sentence(status, account, reported, window, thresholds)
         + _observed(observations),
         window=window,
-        workers=worker_infos(capture, account),
+        workers=workers,
+        worker_ranges=ranges,
         missing=missing_ranges(account),
-        findings=[r.finding for r in reported],
-        observations=[r.finding for r in observations],
+        findings=[bounded_ranks(r.finding) for r in reported],
+        observations=[bounded_ranks(r.finding) for r in observations],
         notes=input_notes(capture),
     )
     return verdict.sorted()
+
+
+def bounded_ranks(finding: Finding) -> Finding:
+    """The finding naming at most MAX_FINDING_RANKS ranks (the lowest); its evidence then has
+    them all as runs and their count. An observation of a whole job of 1,000,000 ranks would
+    otherwise list them all."""
+    if len(finding.ranks) <= MAX_FINDING_RANKS:
+        return finding
+    ranks = sorted(finding.ranks)
+    evidence = {
+        **finding.evidence,
+        "ranks_total": len(ranks),
+        "rank_runs": format_runs(rank_runs(ranks), max_runs=MAX_FINDING_RUNS),
+    }
+    return finding.model_copy(update={"ranks": ranks[:MAX_FINDING_RANKS], "evidence": evidence})
 
 
 def input_notes(capture: Capture) -> list[str]:

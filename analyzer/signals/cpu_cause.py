@@ -24,6 +24,7 @@ a rank whose own time does not stand out. A throttling quota comes first in both
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Literal
@@ -32,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfdiag.analyzer.compare.features import Features
+from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.analyzer.signals.hardware import HEALTHY_PEER_FLOOR
 from perfdiag.analyzer.signals.host_usage import outside_communication
 from perfdiag.api.schema import WorkerMeta
@@ -106,8 +108,10 @@ def _mean(values: list[float] | None) -> float:
     return float(np.mean(inner))
 
 
-def rank_cpu(metas: dict[int, WorkerMeta], features: Features) -> RankCpu | None:
+def rank_cpu(metas: Mapping[int, WorkerMeta], features: Features) -> RankCpu | None:
     """The ranks' CPU accounting; None unless every rank has host samples."""
+    if not WorkerMetas.of(metas).all_host_usage(features.ranks):
+        return None
     usages = [metas[int(rank)].host_usage for rank in features.ranks]
     if not usages or any(u is None for u in usages):
         return None

@@ -3,17 +3,22 @@ computed (perfdiag/engine/host_usage.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from numpy.typing import NDArray
 
+from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.api.schema import HostUsage, WorkerMeta
 
 
 def cpu_wait_matrix(
-    metas: dict[int, WorkerMeta], ranks: NDArray[np.int64], width: int
+    metas: Mapping[int, WorkerMeta], ranks: NDArray[np.int64], width: int
 ) -> NDArray[np.float64] | None:
     """(R, width) run-queue wait of each rank's training thread per step, ms; None unless every
     rank has it (comparing adjusted with unadjusted ranks would favour the latter)."""
+    if not WorkerMetas.of(metas).all_host_usage(ranks):
+        return None
     out = np.full((len(ranks), max(width, 1)), np.nan)
     for i, rank in enumerate(ranks.tolist()):
         usage = metas[rank].host_usage

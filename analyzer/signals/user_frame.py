@@ -3,13 +3,15 @@ of a typical peer (events.parquet; only those ranks are read).
 
 The largest contributor of a slow rank is often not code the user wrote: a builtin
 (`<built-in function sleep>`), a torch internal (`torch/utils/data/_utils/fetch.py(54):
-<listcomp>`, which holds a slow `Dataset.__getitem__`), an op (`aten::mm`). `excess_frame`
+<listcomp>`, which holds a slow `Dataset.__getitem__`), an op (`aten::mm`). `excess_frames`
 names the user frame that holds the excess: the innermost user frame (least inclusive time)
 whose inclusive time per step exceeds the peer's by at least half of the rank's excess, short
 of the training loop itself (`flush_metrics` around the `sleep`, `decode_record` inside the
 `__getitem__`, `extra_compute` around the matrix products). When no frame does, `user_frame`
 looks at the contributor alone: the user frame inside it that holds most of its time, else the
-innermost user frame that calls it. Frames are Python function events, nested by time.
+innermost user frame that calls it. The frames around the one named that hold the excess too
+are said with it (`__getitem__ → decode_sample → tokenize`). Frames are Python function events,
+nested by time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 EventsReader = Callable[[int], "pa.Table | None"]
 FRAME = re.compile(r"^(?P<path>[^()<][^()]*)\((?P<line>\d+)\): (?P<name>.+)$")
@@ -30,6 +33,8 @@ MAX_EVENTS = 4000
 """Executions of the contributor examined (the longest); nesting is a matrix over them."""
 HOLDS = 0.5
 """A frame inside the contributor is named when its executions hold this share of it."""
+MAX_PATH = 4
+"""Frames of the user's code said from the outermost holding the excess to the one named."""
 
 
 @lru_cache(maxsize=1)
@@ -134,21 +139,25 @@ def _anonymous(name: str) -> bool:
     return match is not None and match.group("name").startswith("<")
 
 
-def excess_frame(
+def excess_frames(
     own: pa.Table,
     own_steps: int,
     peer: pa.Table,
     peer_steps: int,
     excess_ms: float,
     step_ms: float,
-) -> str | None:
-    """The user's frame that holds a rank's excess: of the user frames whose inclusive time per
-    step exceeds a typical peer's by at least HOLDS of the excess, short of the training loop
-    itself, the one most its own (the least of its time matched by the peer: a function only
-    this rank runs before a shared one it calls, or one every rank runs whose wall time a busy
-    host stretched), the innermost of equals; None when no frame holds the excess."""
+) -> tuple[str, ...]:
+    """The user's frames that hold a rank's excess, outermost first, ending with the frame
+    named: of the user frames whose inclusive time per step exceeds a typical peer's by at least
+    HOLDS of the excess, short of the training loop itself, the one most its own (the least of
+    its time matched by the peer: a function only this rank runs before a shared one it calls,
+    or one every rank runs whose wall time a busy host stretched), the innermost of equals; before
+    it, the holding frames around it (at least its inclusive time: its callers, e.g. a Dataset's
+    `__getitem__` and the decoder it calls, so that a function shared by several paths is named
+    with the one that is slow), at most MAX_PATH in all. Empty when no frame holds the
+    excess."""
     if excess_ms <= 0:
-        return None
+        return ()
     mine = _inclusive_ms_per_step(own, own_steps)
     theirs = _inclusive_ms_per_step(peer, peer_steps)
     holding = [
@@ -158,4 +167,42 @@ def excess_frame(
         and ms <= LOOP_SHARE * step_ms
         and not _anonymous(name)
     ]
-    return min(holding)[2] if holding else None
+    if not holding:
+        return ()
+    _, named_ms, named = min(holding)
+    around = sorted(
+        (ms, name)
+        for _, ms, name in holding
+        if name != named
+        and ms >= named_ms
+        # A caller runs around the frame, not (as a callee of equal timestamps) inside it.
+        and _encloses(own, name, named)
+        and not _encloses(own, named, name)
+    )
+    return (*[name for _, name in reversed(around[: MAX_PATH - 1])], named)
+
+
+def _intervals(events: pa.Table, name: str) -> tuple[NDArray[np.int64], ...]:
+    """(tid, start, end) of a host frame's executions, the longest MAX_EVENTS."""
+    rows = events.filter(
+        pc.and_(pc.is_null(events.column("device")), pc.equal(events.column("name"), name))
+    )
+    if rows.num_rows > MAX_EVENTS:
+        rows = rows.sort_by([("dur_ns", "descending")]).slice(0, MAX_EVENTS)
+    start = rows.column("ts_ns").to_numpy()
+    return rows.column("tid").to_numpy(), start, start + rows.column("dur_ns").to_numpy()
+
+
+def _encloses(events: pa.Table, outer: str, inner: str) -> bool:
+    """Whether most of `inner`'s time runs inside executions of `outer` (its caller)."""
+    o_tid, o_start, o_end = _intervals(events, outer)
+    i_tid, i_start, i_end = _intervals(events, inner)
+    total = float(np.sum(i_end - i_start))
+    if total <= 0 or not len(o_tid):
+        return False
+    inside = (
+        (i_tid[:, None] == o_tid[None, :])
+        & (i_start[:, None] >= o_start[None, :])
+        & (i_end[:, None] <= o_end[None, :])
+    ).any(axis=1)
+    return float(np.sum((i_end - i_start)[inside])) >= HOLDS * total

@@ -2,10 +2,11 @@
 
 Standard library and torch only (and torch only once the training has imported it). Dormant by
 default: at each step boundary it increments a counter, reads a clock and checks one flag. A
-daemon thread ("perfdiag-hook") polls the plan file (`PERFDIAG_PLAN`) and writes heartbeats to
-the spool (`PERFDIAG_SPOOL`, layout in collector/hook/spool.py) about once a second, and answers
-`stacks` plans itself, so they are answered while the training thread is blocked. A `capture`
-plan arms the hook; the training thread starts torch.profiler at the next step boundary,
+daemon thread ("perfdiag-hook") polls the plan (the agent's fresh copy in the spool, else the
+plan file `PERFDIAG_PLAN`: `spool.plan_source`) and writes heartbeats to the spool
+(`PERFDIAG_SPOOL`, layout in collector/hook/spool.py) about once a second, and answers `stacks`
+plans itself, so they are answered while the training thread is blocked. A `capture` plan arms
+the hook; the training thread starts torch.profiler at the next step boundary,
 profiles steps + 1 steps and writes the window when it ends (the only time training is held).
 
 Step boundaries: a global optimizer step post hook, counting the steps of one optimizer (the
@@ -154,7 +155,7 @@ class Hook:
         self._training_ident: Optional[int] = None  # the thread that steps
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._plan_signature: Optional[Tuple[int, int, int]] = None
+        self._plan_signature: Optional[Tuple[str, int, int, int]] = None
         self._handled: Set[str] = set()
         self._logged: Set[str] = set()
         self._optimizer_handle: Optional[Any] = None
@@ -353,20 +354,24 @@ class Hook:
             self._log_once(f"poll:{_describe(exc)}", f"reading the plan failed: {exc}")
 
     def _poll_plan(self) -> None:
+        # The agent's copy of the pod's plan while the agent keeps it fresh (it reads the plan
+        # from storage within seconds), else the plan file (the kubelet's downward-API file,
+        # refreshed at the kubelet's own pace): spool.plan_source.
+        path = spool.plan_source(self.spool_dir, self.plan_path, time.time()) or self.plan_path
         try:
-            stat = os.stat(self.plan_path)
+            stat = os.stat(path)
         except FileNotFoundError:
             self._plan_signature = None
             return
         except OSError as exc:
-            self._log_once(f"stat:{exc}", f"cannot read the plan file {self.plan_path}: {exc}")
+            self._log_once(f"stat:{exc}", f"cannot read the plan file {path}: {exc}")
             return
-        signature = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        signature = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if signature == self._plan_signature:
             return
         self._plan_signature = signature
         try:
-            with open(self.plan_path, "rb") as fh:
+            with open(path, "rb") as fh:
                 raw = fh.read(MAX_PLAN_BYTES + 1)
             if len(raw) > MAX_PLAN_BYTES:
                 raise PlanError(f"the plan file is larger than {MAX_PLAN_BYTES} bytes")
@@ -375,10 +380,10 @@ class Hook:
                 return
             plan = parse_plan(text)
         except PlanError as exc:
-            self._log_once(f"plan:{exc}", f"ignoring the plan in {self.plan_path}: {exc}")
+            self._log_once(f"plan:{exc}", f"ignoring the plan in {path}: {exc}")
             return
         except OSError as exc:
-            self._log_once(f"read:{exc}", f"cannot read the plan file {self.plan_path}: {exc}")
+            self._log_once(f"read:{exc}", f"cannot read the plan file {path}: {exc}")
             self._plan_signature = None  # try again
             return
         self._consider(plan, text)

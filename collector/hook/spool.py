@@ -56,6 +56,14 @@ Standard library only: the hook imports this module inside training processes.
         folder of its own and then removes the window's or the dump's files from the spool; the
         hook takes a plan with such a record as answered, as it does one with hook.json or a
         stack dump.
+    <spool>/agent/plan
+        The agent's copy of its pod's plan (on Kubernetes: read from storage, where the
+        operator writes it beside the pod's plan annotation): the plan in its canonical form,
+        an empty file when the pod has none. The agent rewrites it, or touches it, every few
+        seconds while it can read the plan; the hook reads it instead of its plan file
+        (PERFDIAG_PLAN, the kubelet's downward-API file) while its mtime is at most
+        AGENT_PLAN_FRESH_S old (`plan_source`). An agent that stopped or cannot reach storage
+        lets it go stale, and the hooks fall back to the kubelet's file.
 
 Permissions: the training and the agent usually run as different users (a training image's
 root, the perfdiag image's 10001). Every folder the hook creates is made rwx for everyone
@@ -72,7 +80,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 HEARTBEAT = "heartbeat.json"
 TRACE = "trace.json"
@@ -81,6 +89,11 @@ AGENT_DIR = "agent"
 DIR_MODE = 0o777
 FILE_MODE = 0o644
 AGENT_DIR_MODE = 0o755
+AGENT_PLAN = "plan"
+AGENT_PLAN_FRESH_S = 30.0
+"""How long the agent's copy of the plan is trusted after the agent last confirmed it (it does
+every 5 s by default, at most every 20 s): long enough for a busy agent or a slow storage read, short enough that
+the kubelet's file takes over well within a capture's timeout when the agent is gone."""
 
 
 def rank_dir(spool: Path, rank: int) -> Path:
@@ -107,6 +120,22 @@ def uploaded_window_mark(spool: Path, rank: int, plan_id: str) -> Path:
 def uploaded_stacks_mark(spool: Path, rank: int, plan_id: str) -> Path:
     """The agent's record that it uploaded the stack dump of `plan_id`."""
     return spool / AGENT_DIR / f"rank-{rank}" / "stacks" / f"{plan_id}.json"
+
+
+def agent_plan_file(spool: Path) -> Path:
+    """The agent's copy of its pod's plan (see the module doc)."""
+    return spool / AGENT_DIR / AGENT_PLAN
+
+
+def plan_source(spool: Path, plan_file: Optional[Path], now: float) -> Optional[Path]:
+    """The plan file to read at `now` (unix seconds): the agent's copy while it is fresh, else
+    `plan_file`. One source at a time: the kubelet's file lags the plan by up to its resync,
+    and read beside a fresher copy it could bring back a plan that was already replaced."""
+    try:
+        mtime = os.stat(agent_plan_file(spool)).st_mtime
+    except OSError:
+        return plan_file
+    return agent_plan_file(spool) if abs(now - mtime) <= AGENT_PLAN_FRESH_S else plan_file
 
 
 def make_dirs(path: Path, mode: int = DIR_MODE) -> None:

@@ -579,6 +579,11 @@ class FindingSummary(StatusModel):
     category: FindingCategory = Field(description="Taxonomy category of the cause.")
     function: str | None = Field(default=None, description="The function involved, if any.")
     ranks: list[int] = Field(default_factory=list, description="Global ranks concerned.")
+    node: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The node a slow_node finding names (added in v1; absent otherwise).",
+    )
     severity: float = Field(ge=0.0, le=1.0, description="Estimated fraction of step time lost.")
     message: str = Field(description="What is wrong, where, how sure, what to check next.")
 

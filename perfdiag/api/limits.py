@@ -7,7 +7,7 @@ that the input does not hold.
 
 from __future__ import annotations
 
-MAX_RANKS = 100_000
+MAX_RANKS = 1_000_000
 """Ranks are 0 … MAX_RANKS − 1; a world size or --expected-ranks is at most MAX_RANKS."""
 
 MAX_STEP = 2**62

@@ -111,6 +111,20 @@ def start_step_ahead(current_step: int, steps_per_second: float | None, lead_sec
     return current_step + max(2, math.ceil(rate * lead_seconds) + 1)
 
 
+POD_PLANS = "pod-plans"
+"""Where the operator keeps each target pod's plan in storage, beside the captures of the pod's
+namespace (`<storage>/<namespace>/pod-plans/<pod uid>.json`): the plan annotation's value, which
+the pod's agent reads without waiting for the kubelet to refresh the downward-API file. Keyed by
+the pod's uid, so that a pod re-created under the same name never reads an older pod's plan."""
+
+
+def pod_plan_key(pod_uid: str) -> str:
+    """The storage key (under the namespace's storage) of the plan of the pod with this uid."""
+    if not pod_uid or "/" in pod_uid or pod_uid in (".", ".."):
+        raise ValueError(f"not a pod uid: {pod_uid!r}")
+    return f"{POD_PLANS}/{pod_uid}.json"
+
+
 WATCH_PLAN_DAYS = 30
 """A watch plan lasts as long as the training; its deadline only bounds it (and, while it sits
 on the pods, keeps other diagnoses of the job waiting)."""

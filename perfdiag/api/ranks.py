@@ -1,6 +1,6 @@
 """Sets of ranks as runs of consecutive ranks.
 
-A job can expect up to 100,000 ranks (perfdiag/api/limits.py) while a capture holds a few of them:
+A job can expect up to 1,000,000 ranks (perfdiag/api/limits.py) while a capture holds a few of them:
 verdict.json stores the ranks it expected but found no file of as runs (`Verdict.missing`), and
 the terminal and the report print rank lists as runs ("0-3,7"), so that what is written follows
 the number of runs, never the number of ranks.

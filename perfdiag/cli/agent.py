@@ -13,6 +13,9 @@ from typing import Any
 
 from perfdiag.local.errors import CliError
 
+DEFAULT_PLAN_POLL_S = 5.0  # perfdiag.collector.pod_plan.DEFAULT_POLL_S (not imported: CLI start-up)
+MAX_PLAN_POLL_S = 20.0
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -46,6 +49,18 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--pod", default=os.environ.get("POD_NAME"), help="pod name (default: $POD_NAME)"
     )
+    parser.add_argument(
+        "--pod-uid",
+        default=os.environ.get("POD_UID") or None,
+        help="follow this pod's plan in storage (STORAGE/pod-plans/<uid>.json), for the hooks "
+        "to read it without waiting for the kubelet (default: $POD_UID; unset: not followed)",
+    )
+    parser.add_argument(
+        "--plan-poll",
+        type=float,
+        default=DEFAULT_PLAN_POLL_S,
+        help=f"seconds between reads of the pod's plan (default {DEFAULT_PLAN_POLL_S:g})",
+    )
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between spool scans")
     parser.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between unchanged-phase uploads"
@@ -67,8 +82,11 @@ def main(args: argparse.Namespace) -> int:
     from perfdiag.collector.agent import run_agent
     from perfdiag.storage import StorageError, open_storage
 
-    if args.poll <= 0 or args.heartbeat <= 0:
-        raise CliError("--poll and --heartbeat must be positive")
+    if args.poll <= 0 or args.heartbeat <= 0 or args.plan_poll <= 0:
+        raise CliError("--poll, --heartbeat and --plan-poll must be positive")
+    if args.plan_poll > MAX_PLAN_POLL_S:
+        # The hooks trust the agent's copy of the plan for 30 s after a read (hook spool).
+        raise CliError(f"--plan-poll is at most {MAX_PLAN_POLL_S:g} s")
     if not args.spool.is_dir():
         if args.once:
             raise CliError(f"spool folder {args.spool} does not exist")
@@ -89,6 +107,11 @@ def main(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+    pod_plan = None
+    if args.pod_uid:
+        from perfdiag.collector.pod_plan import PodPlanFollower
+
+        pod_plan = PodPlanFollower(storage, args.pod_uid, args.spool, poll_s=args.plan_poll)
     state = run_agent(
         args.spool,
         storage,
@@ -100,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
         keep_raw=not args.no_raw,
         pod=args.pod,
         once=args.once,
+        pod_plan=pod_plan,
     )
     failed = [status for status in state.final.values() if status.phase == "failed"]
     for status in failed:

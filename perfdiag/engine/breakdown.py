@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfdiag.api import taxonomy
 from perfdiag.api.breakdown import RankBreakdown
 
 # What HTA reads as GPU activity: the events Kineto writes with a CUDA stream.
@@ -29,10 +30,14 @@ Ints = npt.NDArray[np.int64]
 def gpu_breakdown(events: pa.Table, bounds: list[tuple[int, int]]) -> RankBreakdown:
     """The breakdown of one rank's events table (perfdiag.api.schema EVENTS_SCHEMA) whose window
     is `bounds` (the step ranges)."""
-    gpu = pc.fill_null(pc.is_in(events["kineto_cat"], value_set=GPU_ACTIVITY), False)
+    # Per distinct Kineto category (an answer the summary of the same table shares).
+    cats = taxonomy.distinct(events["kineto_cat"])
+    per_value = pc.is_in(cats.values, value_set=GPU_ACTIVITY).to_numpy(zero_copy_only=False)
+    gpu = pa.array(cats.mask(np.asarray(per_value, dtype=bool)))
     if len(bounds) >= 2:
         gpu = pc.and_(gpu, _launched_before(events, gpu, bounds[-1][0]))
-    activity = events.filter(gpu)
+    # The four columns read, not the whole table (its names).
+    activity = events.select(["ts_ns", "dur_ns", "category", "kineto_cat"]).filter(gpu)
     if activity.num_rows == 0:
         return RankBreakdown(
             span_s=0.0,

@@ -63,13 +63,20 @@ class ChargedTime:
 def max_cover(left: IntArray, right: IntArray, key: IntArray, n_segments: int) -> IntArray:
     """For segments 0..n_segments-1, the largest `key` among intervals [left, right) covering
     each segment, -1 where none does. Keys must be ≥ 0."""
-    out = np.full(n_segments, -1, dtype=np.int64)
     length = right - left
     keep = length > 0
     if not keep.any() or n_segments == 0:
-        return out
+        return np.full(n_segments, -1, dtype=np.int64)
     left, right, key, length = left[keep], right[keep], key[keep], length[keep]
-    level = np.frexp(length.astype(np.float64))[1].astype(np.int64) - 1  # floor(log2(length))
+    # 32-bit where it fits: the level-by-level push-down reads and writes every segment once
+    # per level, at half the memory traffic.
+    small = n_segments < 2**31 and int(key.max()) < 2**31
+    dtype = np.int32 if small else np.int64
+    out = np.full(n_segments, -1, dtype=dtype)
+    key = key.astype(dtype, copy=False)
+    # floor(log2(length)): the exponent field of the (exact) float64; uint8 for numpy's radix
+    # sort, which is linear.
+    level = ((length.astype(np.float64).view(np.int64) >> 52) - 1023).astype(np.uint8)
     by_level = np.argsort(level, kind="stable")
     level_sorted = level[by_level]
     top = int(level_sorted[-1])
@@ -87,16 +94,42 @@ def max_cover(left: IntArray, right: IntArray, key: IntArray, n_segments: int) -
             spare[:half] = out[:half]
             np.maximum(out[half:], out[:-half], out=spare[half:])
             out, spare = spare, out
-    return out
+    return out.astype(np.int64, copy=False)
 
 
-def _rank(*keys: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
-    """(rank of each row, rows by rank) in the lexicographic order of `keys` (last key most
-    significant); each is the other's inverse permutation."""
-    order = np.lexsort(keys)
+def _ranks_of(order: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+    """(rank of each row, rows by rank) of an order of the rows; each is the other's inverse
+    permutation."""
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
     return rank, order.astype(np.int64, copy=False)
+
+
+def _rank_by_start(
+    start: IntArray, minor: IntArray | None, major: npt.NDArray[np.int8]
+) -> tuple[IntArray, IntArray]:
+    """Ranks in the lexicographic order of (`major`, `start`, `minor`), ties in row order: what
+    np.lexsort((minor, start, major)) gives, for `start` nearly in order and `major` of a few
+    small values ≥ 0: one stable sort of the starts (a timsort of what is nearly sorted: ~8×
+    faster than lexsort's sort of a random `minor`), `minor` ordered within runs of equal
+    starts only, then a stable split by `major`."""
+    order = np.argsort(start, kind="stable")
+    if minor is not None and len(order) > 1:
+        ordered = start[order]
+        tie = ordered[1:] == ordered[:-1]
+        if tie.any():
+            in_run = np.zeros(len(order), dtype=bool)
+            in_run[1:] = tie
+            in_run[:-1] |= tie
+            at = np.flatnonzero(in_run)
+            run = np.cumsum(np.r_[True, ~tie])[at]  # runs stay where they are
+            tied = order[at]
+            order[at] = tied[np.lexsort((minor[tied], run))]
+    values = np.flatnonzero(np.bincount(major)) if len(major) else np.zeros(0, dtype=np.int64)
+    if len(values) > 1:
+        by_major = major[order]
+        order = np.concatenate([order[by_major == value] for value in values.tolist()])
+    return _ranks_of(order)
 
 
 def _cover_owner(
@@ -117,43 +150,70 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     step_start = np.array([b[0] for b in bounds], dtype=np.int64)
     step_end = np.array([b[1] for b in bounds], dtype=np.int64)
     w0, w1 = int(step_start[0]), int(step_end[-1])
+    # Each stage is a function, and what a stage no longer needs is dropped: the peak memory
+    # is a few arrays of the candidates, not all of them at once.
+    rows, start_o, end_o = _candidates(events, w0, w1)
+    lane, enclosing, charge_class = _lanes_and_classes(events, rows)
+    seg_event, seg_start, seg_end = _innermost_per_lane(lane, start_o, end_o, enclosing, w0, w1)
+    del lane, enclosing, end_o
 
+    # Stage 2: across lanes, the highest charge class, then the latest start.
+    cross_key, by_cross = _rank_by_start(start_o, None, charge_class)
+    del start_o, charge_class
+    seg_key = cross_key[seg_event]
+    del cross_key, seg_event
+    cuts = np.concatenate([step_start, step_end])
+    edges, owner = _cover_owner(seg_start, seg_end, seg_key, cuts)
+    del seg_start, seg_end, seg_key
+    return _charged(edges, owner, rows[by_cross], step_start, step_end)
+
+
+def _candidates(events: pa.Table, w0: int, w1: int) -> tuple[IntArray, IntArray, IntArray]:
+    """(rows, start, end) of the events that can be charged: not containers, and running in
+    the window. Unclipped times: the keys use them, so that clipping at the window edge cannot
+    tie a child with its parent."""
     ts = _ints(events["ts_ns"])
     end = ts + _ints(events["dur_ns"])
     container = taxonomy.is_container(events["kineto_cat"], events["name"])
-    candidate = (~container) & (end > w0) & (ts < w1) & (end > ts)
-    rows = np.flatnonzero(candidate)
-    # Unclipped times: the keys use them, so that clipping at the window edge cannot tie a
-    # child with its parent.
+    rows = np.flatnonzero((~container) & (end > w0) & (ts < w1) & (end > ts))
     start_o, end_o = ts[rows], end[rows]
-    del ts, end, container, candidate
-    start_c = np.maximum(start_o, w0)
-    end_c = np.minimum(end_o, w1)
-    keep = end_c > start_c
-    rows, start_o, end_o, start_c, end_c = (a[keep] for a in (rows, start_o, end_o, start_c, end_c))
+    keep = np.minimum(end_o, w1) > np.maximum(start_o, w0)
+    return rows[keep], start_o[keep], end_o[keep]
 
-    category = events["category"].take(pa.array(rows))
-    on_device = _ints(pc.is_valid(events["device"]).take(pa.array(rows))).astype(bool)
+
+def _lanes_and_classes(
+    events: pa.Table, rows: IntArray
+) -> tuple[IntArray, npt.NDArray[np.bool_], npt.NDArray[np.int8]]:
+    """The lane, whether enclosing, and the charge class of each candidate row."""
+    # The category column's distinct values, its rows taken: no second dictionary encoding.
+    categories = taxonomy.distinct(events["category"])
+    category = taxonomy.Distinct(categories.values, categories.codes[rows])
+    on_device = np.asarray(
+        pc.is_valid(events["device"]).to_numpy(zero_copy_only=False), dtype=bool
+    )[rows]
     lane = _lanes(
         on_device, _ints(events["pid"], fill=-1)[rows], _ints(events["tid"], fill=-1)[rows]
     )
-    enclosing = taxonomy.is_enclosing(category)
-    charge_class = taxonomy.charge_class(category, on_device)
-    seg_event, seg_start, seg_end = _innermost_per_lane(
-        lane, start_o, end_o, start_c, end_c, enclosing, w0, w1
-    )
+    return lane, taxonomy.is_enclosing(category), taxonomy.charge_class(category, on_device)
 
-    # Stage 2: across lanes, the highest charge class, then the latest start.
-    cross_key, by_cross = _rank(start_o, charge_class)
-    cuts = np.concatenate([step_start, step_end])
-    edges2, owner2 = _cover_owner(seg_start, seg_end, cross_key[seg_event], cuts)
-    lengths = np.diff(edges2)
-    mids = edges2[:-1]
+
+def _charged(
+    edges: IntArray,
+    owner: IntArray,
+    event_by_key: IntArray,
+    step_start: IntArray,
+    step_end: IntArray,
+) -> ChargedTime:
+    """The elementary segments and their owners (keys, -1 idle) → charged time per (event,
+    step) of the segments inside the steps."""
+    lengths = np.diff(edges)
+    mids = edges[:-1]
     step = np.searchsorted(step_start, mids, side="right") - 1
-    in_step = (step >= 0) & (mids < step_end[np.clip(step, 0, len(bounds) - 1)]) & (lengths > 0)
-    event = np.full(len(owner2), IDLE, dtype=np.int64)
-    charged = owner2 >= 0
-    event[charged] = rows[by_cross[owner2[charged]]]
+    inside = np.clip(step, 0, len(step_start) - 1)
+    in_step = (step >= 0) & (mids < step_end[inside]) & (lengths > 0)
+    event = np.full(len(owner), IDLE, dtype=np.int64)
+    charged = owner >= 0
+    event[charged] = event_by_key[owner[charged]]
     return _aggregate(event[in_step], step[in_step], lengths[in_step], step_end - step_start)
 
 
@@ -161,8 +221,6 @@ def _innermost_per_lane(
     lane: IntArray,
     start_o: IntArray,
     end_o: IntArray,
-    start_c: IntArray,
-    end_c: IntArray,
     enclosing: npt.NDArray[np.bool_],
     w0: int,
     w1: int,
@@ -172,8 +230,11 @@ def _innermost_per_lane(
     # Lanes are laid end to end on one axis so a single sweep handles them all.
     span = w1 - w0 + 1
     shift = lane * span - w0
-    inner_key, by_key = _rank(-(end_o - start_o), start_o, enclosing.astype(np.int8))
-    edges, owner = _cover_owner(start_c + shift, end_c + shift, inner_key)
+    inner_key, by_key = _rank_by_start(start_o, -(end_o - start_o), enclosing.astype(np.int8))
+    edges, owner = _cover_owner(
+        np.maximum(start_o, w0) + shift, np.minimum(end_o, w1) + shift, inner_key
+    )
+    del inner_key, shift
     seg_rows = np.flatnonzero(owner >= 0)
     seg_event = by_key[owner[seg_rows]]
     seg_lane = lane[seg_event]
@@ -229,14 +290,35 @@ def _merge_runs(
 def _aggregate(event: IntArray, step: IntArray, ns: IntArray, step_ns: IntArray) -> ChargedTime:
     steps = len(step_ns)
     pair = (event + 1) * steps + step
-    order = np.argsort(pair, kind="stable")
-    pair = pair[order]
-    heads = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]]) if len(pair) else np.zeros(0, int)
-    total = np.add.reduceat(ns[order], heads) if len(heads) else np.zeros(0, dtype=np.int64)
-    unique = pair[heads]
+    exact = int(step_ns.sum()) < 2**53  # float sums of whole ns are exact below (104 days)
+    if len(pair) and exact and int(pair.max()) < 8 * len(pair) + (1 << 20):
+        unique, total = _sums_by_counting(pair, ns)
+    else:
+        unique, total = _sums_by_sorting(pair, ns)
+    event_1, step = np.divmod(unique, steps)
     return ChargedTime(
-        event=unique // steps - 1,
-        step=unique % steps,
+        event=event_1 - 1,
+        step=step,
         ns=total.astype(np.int64),
         step_ns=step_ns.astype(np.int64),
     )
+
+
+def _sums_by_counting(keys: IntArray, values: IntArray) -> tuple[IntArray, npt.NDArray[Any]]:
+    """(the distinct keys in order, the sum of the values of each): in place over the range of
+    the keys, no sort. Float sums: exact while they stay below 2**53."""
+    present = np.zeros(int(keys.max()) + 1, dtype=bool)
+    present[keys] = True
+    unique = np.flatnonzero(present)
+    slot = np.zeros(len(present), dtype=np.int32)
+    slot[unique] = np.arange(len(unique), dtype=np.int32)
+    return unique, np.bincount(slot[keys], weights=values, minlength=len(unique))
+
+
+def _sums_by_sorting(keys: IntArray, values: IntArray) -> tuple[IntArray, npt.NDArray[Any]]:
+    """_sums_by_counting by one sort, for keys spread too widely to count in place."""
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    heads = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, int)
+    total = np.add.reduceat(values[order], heads) if len(heads) else np.zeros(0, dtype=np.int64)
+    return keys[heads], total

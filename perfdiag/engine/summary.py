@@ -57,7 +57,7 @@ def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: 
     window_ns = float(charged.window_ns)
     steps = len(bounds)
 
-    functions = taxonomy.function_names(events["name"])
+    functions = _function_names(events["name"])
     categories = events["category"]
     # Group 0 is idle; the others are the distinct (category, function) pairs.
     group_of_event, names, cats = _groups(functions, categories)
@@ -65,11 +65,15 @@ def _summarize(events: pa.Table, meta: WorkerMeta, beta_floor: float, max_rows: 
     group_of_event[own] = 0  # perfdiag's own time: idle for the training
     n_groups = len(names)
 
-    per_group_step = np.zeros((n_groups, steps), dtype=np.float64)
     group = np.zeros(len(charged.event), dtype=np.int64)  # idle
     busy = charged.event != IDLE
     group[busy] = group_of_event[charged.event[busy]]
-    np.add.at(per_group_step, (group, charged.step), charged.ns.astype(np.float64))
+    # Summed in the order of the charged time, as np.add.at would (a bincount is much faster).
+    per_group_step = np.bincount(
+        group * steps + charged.step,
+        weights=charged.ns.astype(np.float64),
+        minlength=n_groups * steps,
+    ).reshape(n_groups, steps)
 
     dur = _ints(events["dur_ns"])
     started = (_ints(events["step"]) >= 0) & ~own  # executions of the training's functions
@@ -133,17 +137,29 @@ def _ints(column: pa.ChunkedArray | pa.Array) -> IntArray:
     return np.asarray(pc.fill_null(array, 0).to_numpy(zero_copy_only=False)).astype(np.int64)
 
 
+def _function_names(name: pa.ChunkedArray | pa.Array) -> taxonomy.Distinct:
+    """taxonomy.distinct(taxonomy.function_names(name)), computed on the distinct names: the
+    names are in order of first appearance, so their functions are too, and no per-row string
+    column is built and encoded again."""
+    names = taxonomy.distinct(name)
+    cleaned = taxonomy.function_names(
+        taxonomy.Distinct(names.values, np.arange(len(names.values), dtype=np.int64))
+    )
+    functions = taxonomy.distinct(cleaned)
+    return taxonomy.Distinct(functions.values, functions.codes[names.codes])
+
+
 def _groups(
-    functions: pa.Array, categories: pa.ChunkedArray | pa.Array
+    functions: taxonomy.Distinct, categories: pa.ChunkedArray | pa.Array
 ) -> tuple[IntArray, list[str], list[str]]:
     """Group number of each event, and the (function, category) of each group; group 0 is
     idle."""
-    fun_values, fun_idx = taxonomy.distinct(functions)
+    fun_values, fun_idx = functions
     cat_values, cat_idx = taxonomy.distinct(categories)
     pair = fun_idx * max(len(cat_values), 1) + cat_idx
     if not len(pair):
         return np.zeros(0, dtype=np.int64), [IDLE_FUNCTION], [IDLE_CATEGORY]
-    distinct_pairs, inverse = _distinct_inverse(pair)
+    distinct_pairs, inverse = _distinct_inverse(pair, max(len(fun_values), 1) * len(cat_values))
     funs = fun_values.to_pylist()
     cats = cat_values.to_pylist()
     n_cat = max(len(cat_values), 1)
@@ -152,7 +168,13 @@ def _groups(
     return inverse + 1, names, group_cats
 
 
-def _distinct_inverse(values: IntArray) -> tuple[IntArray, IntArray]:
+def _distinct_inverse(values: IntArray, bound: int) -> tuple[IntArray, IntArray]:
+    """(the distinct values in order, the index of each value among them), for values in
+    [0, bound)."""
+    if bound <= 4 * len(values) + (1 << 20):  # counted in place: linear, no sort
+        present = np.bincount(values, minlength=bound) > 0
+        position = np.cumsum(present) - 1
+        return np.flatnonzero(present), position[values]
     order = np.argsort(values, kind="stable")
     ordered = values[order]
     new = np.r_[True, ordered[1:] != ordered[:-1]]
@@ -197,9 +219,8 @@ def _quantiles(
     group: IntArray, values: IntArray, n_groups: int, qs: tuple[float, ...]
 ) -> tuple[FloatArray, ...]:
     """Per-group quantiles (linear interpolation, as numpy.quantile), NaN for empty groups."""
-    order = np.lexsort((values, group))
-    g, v = group[order], values[order].astype(np.float64)
-    counts = np.bincount(g, minlength=n_groups)
+    counts = np.bincount(group, minlength=n_groups)
+    v = _sorted_by_group(group, values, n_groups).astype(np.float64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     results = []
     for q in qs:
@@ -211,6 +232,21 @@ def _quantiles(
         out[present] = v[lo] + (v[hi] - v[lo]) * (pos - lo)
         results.append(out)
     return tuple(results)
+
+
+def _sorted_by_group(group: IntArray, values: IntArray, n_groups: int) -> IntArray:
+    """`values` ordered by (group, value). Where both fit in 63 bits as one key (durations
+    ≥ 0 and below 2**40 ns with up to 2**23 groups, say), one sort of the keys: rows are not
+    needed, only the values, and it is ~3× faster than lexsort's two stable sorts."""
+    if not len(values):
+        return values
+    shift = int(values.max()).bit_length()
+    if int(values.min()) >= 0 and shift + max(n_groups - 1, 1).bit_length() <= 63:
+        keys = (group << shift) | values
+        keys.sort()
+        result: IntArray = keys & ((1 << shift) - 1)
+        return result
+    return values[np.lexsort((values, group))]
 
 
 def _list_column(matrix: npt.NDArray[Any], width: int) -> pa.Array:

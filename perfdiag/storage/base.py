@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import abc
+import builtins
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -75,6 +76,43 @@ class Storage(abc.ABC):
         """Reads worth having in flight at once when reading many keys: a network store
         hides its latency behind many."""
         return 16
+
+    def get_many(self, keys: Sequence[str]) -> builtins.list[bytes | StorageError]:
+        """The bytes of each key, or the StorageError get_bytes raises for it, in order: for
+        reading many small objects, which a backend may fetch side by side."""
+        out: builtins.list[bytes | StorageError] = []
+        for key in keys:
+            try:
+                out.append(self.get_bytes(key))
+            except StorageError as exc:
+                out.append(exc)
+        return out
+
+    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[str]]:
+        """The keys of `list(prefix)`, in parts as the backend lists them (S3: a request of
+        1,000 keys each), so that a caller can use the first while the next are listed."""
+        yield self.list(prefix)
+
+    def list_names(self, folder: str) -> builtins.list[str] | None:
+        """The names directly in `folder` (its files and folders, one level), or None when the
+        backend cannot list one level cheaply (S3: a request per folder)."""
+        return None
+
+    def read_folder(
+        self, folder: str, wanted: Collection[str]
+    ) -> tuple[builtins.list[str], dict[str, bytes | StorageError]]:
+        """The names of the files directly in `folder`, and the bytes (or the StorageError
+        get_bytes raises) of those of them that are `wanted`."""
+        prefix = folder.strip("/") + "/"
+        names = sorted({k[len(prefix) :] for k in self.list(folder) if "/" not in k[len(prefix) :]})
+        read = [name for name in names if name in wanted]
+        return names, dict(zip(read, self.get_many([prefix + n for n in read]), strict=True))
+
+    @property
+    def reads_side_by_side(self) -> bool:
+        """Whether get_many fetches `read_concurrency` keys at once by itself (a caller then
+        needs no pool of its own to keep them in flight)."""
+        return False
 
     @property
     def reads_are_cpu_work(self) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
@@ -14,12 +16,13 @@ from perfdiag.storage.base import (
     check_key,
     write_via_temp,
 )
-from perfdiag.storage.regular_file import open_regular, read_regular
+from perfdiag.storage.regular_file import open_regular, read_listed_file, read_regular
 
 
 class LocalStorage(Storage):
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().absolute()
+        self._root = str(self.root)
 
     @property
     def uri(self) -> str:
@@ -27,9 +30,12 @@ class LocalStorage(Storage):
 
     @property
     def read_concurrency(self) -> int:
-        # Reading page-cached files is CPU work: more threads than cores only contend (reading
-        # 10,000 worker files on 2 cores: 11.3 s with 16 threads, 5.9 s with 2).
-        return os.cpu_count() or 1
+        # Reading page-cached files is CPU work: threads beyond one per core only contend for the
+        # GIL (reading 10,000 worker files on 2 cores: 11.3 s with 16 threads, 5.9 s with 2). The
+        # pool is of processes, two per core: a file not in the page cache waits for the disk,
+        # and the other process of the core computes meanwhile (1,000,000 workers on 2 cores,
+        # 16 GB of files with 24 GB of memory: 303 s of reading with 2 processes, 206 s with 4).
+        return 2 * (os.cpu_count() or 1)
 
     @property
     def reads_are_cpu_work(self) -> bool:
@@ -42,7 +48,9 @@ class LocalStorage(Storage):
         write_via_temp(self._path(key), lambda fh: fh.write(data), fsync=True)
 
     def get_bytes(self, key: str) -> bytes:
-        path = self._path(key)
+        # A string path, not a Path: reading a million small files, pathlib cost as much as
+        # the reading.
+        path = os.path.join(self._root, check_key(key))
         try:
             return read_regular(path)
         except FileNotFoundError as exc:
@@ -93,6 +101,54 @@ class LocalStorage(Storage):
                     else:
                         keys.append(head + entry.name)
         return sorted(keys)
+
+    def list_names(self, folder: str) -> builtins.list[str] | None:
+        path = os.path.join(self._root, check_key(folder))
+        try:
+            with os.scandir(path) as entries:
+                return sorted(e.name for e in entries if not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise StorageError(f"cannot list {path}: {exc.strerror or exc}") from exc
+
+    def read_folder(
+        self, folder: str, wanted: Collection[str]
+    ) -> tuple[builtins.list[str], dict[str, bytes | StorageError]]:
+        """One folder's files, read relative to the open folder: a capture of a million
+        workers walks a million folders, and full paths cost a lookup of each component."""
+        path = os.path.join(self._root, check_key(folder.strip("/")))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], {}
+        except OSError as exc:
+            raise StorageError(f"cannot list {path}: {exc.strerror or exc}") from exc
+        try:
+            with os.scandir(fd) as entries:
+                files = {
+                    e.name: e.is_file(follow_symlinks=False)
+                    for e in entries
+                    if not e.name.startswith(".") and not e.is_dir(follow_symlinks=False)
+                }
+            read: dict[str, bytes | StorageError] = {}
+            for name, regular in files.items():
+                if name in wanted:
+                    read[name] = self._read_in(fd, os.path.join(path, name), name, regular)
+            return sorted(files), read
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _read_in(folder_fd: int, path: str, name: str, regular: bool) -> bytes | StorageError:
+        try:
+            if regular:
+                return read_listed_file(name, folder_fd)
+            return read_regular(name, dir_fd=folder_fd)
+        except FileNotFoundError:
+            return StorageNotFound(f"{path} does not exist")
+        except OSError as exc:
+            return StorageError(f"cannot read {path}: {exc.strerror or exc}")
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from perfdiag.analyzer.signals.user_frame import excess_frame, is_user_frame, user_frame
+from perfdiag.analyzer.signals.user_frame import excess_frames, is_user_frame, user_frame
 
 MS = 1_000_000
 
@@ -91,10 +91,10 @@ def test_the_frame_named_is_the_innermost_user_frame_holding_the_excess() -> Non
         ]
     )
     peer = windowed([("train.py(300): main", 0, 80), ("train.py(300): main", 100, 80)])
-    name = excess_frame(culprit, 2, peer, 2, excess_ms=20.0, step_ms=100.0)
-    assert name == "train.py(40): flush_metrics"  # not main (the loop), not the builtin
+    path = excess_frames(culprit, 2, peer, 2, excess_ms=20.0, step_ms=100.0)
+    assert path == ("train.py(40): flush_metrics",)  # not main (the loop), not the builtin
     # An excess no user frame holds names none.
-    assert excess_frame(peer, 2, peer, 2, excess_ms=20.0, step_ms=100.0) is None
+    assert excess_frames(peer, 2, peer, 2, excess_ms=20.0, step_ms=100.0) == ()
 
 
 def test_a_function_only_the_culprit_runs_is_named_before_a_shared_one_it_calls() -> None:
@@ -121,5 +121,41 @@ def test_a_function_only_the_culprit_runs_is_named_before_a_shared_one_it_calls(
             ("train.py(20): augment", 110, 5),
         ]
     )
-    name = excess_frame(culprit, 2, peer, 2, excess_ms=10.0, step_ms=100.0)
-    assert name == "train.py(30): extra_compute"
+    path = excess_frames(culprit, 2, peer, 2, excess_ms=10.0, step_ms=100.0)
+    # augment holds the excess too, but inside extra_compute: a callee, not a caller.
+    assert path == ("train.py(30): extra_compute",)
+
+
+def test_the_callers_holding_the_excess_are_said_before_the_frame_named() -> None:
+    # The culprit's Dataset decodes with many more rounds of its tokenizer: named as
+    # __getitem__ → decode → tokenize, so that a tokenizer other paths call too is told apart.
+    culprit = windowed(
+        [
+            ("train.py(300): main", 0, 100),
+            ("train.py(300): main", 100, 100),
+            ("data.py(60): __getitem__", 10, 25),
+            ("data.py(40): decode", 11, 22),
+            ("train.py(10): tokenize", 12, 20),
+            ("data.py(60): __getitem__", 110, 25),
+            ("data.py(40): decode", 111, 22),
+            ("train.py(10): tokenize", 112, 20),
+            ("train.py(80): log", 50, 30),  # holds as much, but around none of them
+            ("train.py(80): log", 150, 30),
+        ]
+    )
+    peer = windowed(
+        [
+            ("train.py(300): main", 0, 80),
+            ("train.py(300): main", 100, 80),
+            ("data.py(60): __getitem__", 10, 5),
+            ("data.py(40): decode", 11, 2),
+            ("train.py(10): tokenize", 12, 1),
+            ("data.py(60): __getitem__", 110, 5),
+            ("data.py(40): decode", 111, 2),
+            ("train.py(10): tokenize", 112, 1),
+            ("train.py(80): log", 50, 10),
+            ("train.py(80): log", 150, 10),
+        ]
+    )
+    path = excess_frames(culprit, 2, peer, 2, excess_ms=20.0, step_ms=100.0)
+    assert path == ("data.py(60): __getitem__", "data.py(40): decode", "train.py(10): tokenize")

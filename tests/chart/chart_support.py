@@ -8,14 +8,15 @@ from typing import Any
 
 import yaml
 
-from perfdiag_testing.binaries import find_bin_dir
+from perfdiag_testing.binaries import HELM_ENV, find_bin_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "perfdiag"
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
 RELEASE_NS = "perfdiag-system"
 
-# The documented variants (docs/install.md): name -> helm --set arguments.
+# The documented variants (docs/install.md; monitoring: docs/operator.md): name -> helm --set
+# arguments.
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
     "storage": [
@@ -31,7 +32,22 @@ VARIANTS: dict[str, list[str]] = {
         "webhook.certificates.caBundle=LS0tLS1CRUdJTg==",
     ],
     "no-webhook": ["webhook.enabled=false"],
+    # docs/operator.md, "Monitoring": every monitoring object on (each is off by default).
+    "monitoring": [
+        "metrics.service.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=kube-prometheus-stack",
+        "metrics.prometheusRule.enabled=true",
+        "metrics.prometheusRule.labels.release=kube-prometheus-stack",
+        "metrics.dashboard.enabled=true",
+    ],
 }
+# The Prometheus Operator's CRDs (../shared/prometheus-operator): the monitoring variant is
+# validated against them (kubeconform, the API server).
+PROMETHEUS_OPERATOR_CRDS = tuple(
+    ROOT.parent / "shared" / "prometheus-operator" / f"monitoring.coreos.com_{plural}.yaml"
+    for plural in ("servicemonitors", "prometheusrules")
+)
 CERT_MANAGER_KINDS = ("Certificate", "Issuer")
 
 
@@ -40,14 +56,13 @@ def tool(name: str) -> str:
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {
-        "HELM_CONFIG_HOME": "/nonexistent",
-        "HELM_CACHE_HOME": "/nonexistent",
-        "HELM_DATA_HOME": "/nonexistent",
-        "PATH": "/usr/bin:/bin",
-    }
     result = subprocess.run(
-        [tool("helm"), *args], capture_output=True, text=True, timeout=120, env=env, check=False
+        [tool("helm"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=HELM_ENV,
+        check=False,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} exited {result.returncode}: {result.stderr}")

@@ -101,8 +101,10 @@ def test_every_variant_renders(variant: str) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert {"livenessProbe", "readinessProbe", "startupProbe"} <= set(container)
     assert container["args"][0] == "operator"
-    # Credentials are never values: no ConfigMap, no Secret except the webhook's TLS one.
-    assert not by_kind(docs, "ConfigMap")
+    # Credentials are never values: no ConfigMap but the Grafana dashboard's, no Secret except
+    # the webhook's TLS one.
+    for config in by_kind(docs, "ConfigMap"):
+        assert set(config["data"]) == {"perfdiag.json"}, config["metadata"]
     for secret in by_kind(docs, "Secret"):
         assert secret["type"] == "kubernetes.io/tls"
         assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}

@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from tests.chart.chart_support import (
     CERT_MANAGER_KINDS,
     CHART,
     EXAMPLES,
+    PROMETHEUS_OPERATOR_CRDS,
     ROOT,
     VARIANTS,
     by_kind,
@@ -57,7 +59,7 @@ def schemas(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory)
     root = tmp_path_factory.mktemp("kubeconform-schemas")
     docs = fetch_openapi_v3(kube_cluster.server, kube_cluster.ssl_context())
     assert len(write_builtin_schemas(docs, root)) > 50
-    for path in (CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS):
+    for path in (CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS, *PROMETHEUS_OPERATOR_CRDS):
         assert write_crd_schemas(yaml.safe_load(path.read_text()), root)
     return root
 
@@ -115,6 +117,33 @@ def test_kubeconform_rejects_a_broken_diagnosis(schemas: Path, mutate: Any, comp
     assert complaint in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("kind", "mutate", "complaint"),
+    [
+        (
+            "ServiceMonitor",
+            lambda d: d["spec"]["endpoints"][0].update(honorLabel=True),
+            "honorLabel",
+        ),
+        (
+            "PrometheusRule",
+            lambda d: d["spec"]["groups"][0]["rules"][0].update(annotation={}),
+            "annotation",
+        ),
+    ],
+)
+def test_kubeconform_judges_the_monitoring_kinds_by_their_crds(
+    schemas: Path, kind: str, mutate: Any, complaint: str
+) -> None:
+    """The Prometheus Operator's CRDs (../shared/prometheus-operator) really are the schemas:
+    a misspelt field or a wrong type is refused."""
+    [doc] = by_kind(objects(render("monitoring")), kind)
+    assert kubeconform(schemas, yaml.safe_dump(doc)).returncode == 0
+    mutate(doc)
+    result = kubeconform(schemas, yaml.safe_dump(doc))
+    assert result.returncode == 1 and complaint in result.stdout, result.stdout
+
+
 def test_kubeconform_rejects_an_unknown_field_in_a_builtin_kind(schemas: Path) -> None:
     docs = objects(render("defaults"))
     [deployment] = by_kind(docs, "Deployment")
@@ -138,8 +167,9 @@ def _apply(cluster: KubeCluster, manifest: str) -> None:
 
 @pytest.fixture(scope="module")
 def crd(kube_cluster: KubeCluster) -> None:
-    """The chart's CRD, and the real Kubeflow CRDs (so `can-i` resolves their resources)."""
-    paths = [CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS]
+    """The chart's CRD, the real Kubeflow CRDs (so `can-i` resolves their resources) and the
+    Prometheus Operator's (the monitoring variant's ServiceMonitor and PrometheusRule)."""
+    paths = [CHART / "crds" / "perfdiagnosis.yaml", *KUBEFLOW_CRDS, *PROMETHEUS_OPERATOR_CRDS]
     for path in paths:
         kube_cluster.kubectl(
             "apply", "--server-side", "--force-conflicts", "-f", str(path), timeout=120
@@ -372,6 +402,10 @@ def test_operator_runs_under_the_chart_service_account_token(
         PERFDIAG_WEBHOOK_PORT=str(port),
         PERFDIAG_WEBHOOK_ADDR="127.0.0.1",
     )
+    # The metrics port the chart sets (8081 on all addresses), here a free one on loopback.
+    assert (env["PERFDIAG_METRICS_PORT"], env["PERFDIAG_METRICS_ADDR"]) == ("8081", "0.0.0.0")
+    metrics_port = free_port()
+    env.update(PERFDIAG_METRICS_PORT=str(metrics_port), PERFDIAG_METRICS_ADDR="127.0.0.1")
     [config] = by_kind(release.docs, "MutatingWebhookConfiguration")
     config_name = config["metadata"]["name"]
     before = json.loads(
@@ -393,6 +427,7 @@ def test_operator_runs_under_the_chart_service_account_token(
         try:
             _exercise_webhook(port, ca_pem, team, storage)
             _exercise_operator(kube_cluster, team, storage, minio_server, perfdiag_image, tmp_path)
+            _check_metrics(metrics_port, team)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\noperator log:\n{log.read_text()[-6000:]}") from exc
         assert proc.poll() is None, log.read_text()[-4000:]  # still running
@@ -412,6 +447,29 @@ def test_operator_runs_under_the_chart_service_account_token(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _check_metrics(port: int, ns: str) -> None:
+    """The operator's /metrics under the chart's settings: the webhook's admission, the
+    diagnoses (one stalled, one with its verdict) and the analyzer Job it started."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    verdict = _wait(
+        lambda: next(
+            (line for line in text.splitlines() if line.startswith("perfdiag_diagnosis_verdict{")),
+            None,
+        ),
+        "the verdict in /metrics",
+        1,
+    )
+    assert f'namespace="{ns}"' in verdict and 'diagnosis="complete"' in verdict, verdict
+    for line in (
+        'perfdiag_webhook_admissions_total{result="injected"} 1.0',
+        "perfdiag_analyzer_jobs_started_total 1.0",
+        'perfdiag_diagnoses{phase="Succeeded"} 1.0',
+        'perfdiag_diagnoses{phase="Pending"} 1.0',
+    ):
+        assert line in text.splitlines(), (line, text)
 
 
 def _exercise_webhook(port: int, ca_pem: str, ns: str, storage: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -348,3 +349,71 @@ def test_a_plan_the_hook_rejects_gets_no_statuses(tmp_path: Path) -> None:
     assert _plan_file_id(plan_file) is None
     plan_file.write_text("")  # a pod without a plan annotation
     assert _plan_file_id(plan_file) is None
+
+
+def test_the_agent_mirrors_its_pods_plan_from_storage(tmp_path: Path) -> None:
+    """The operator writes the pod's plan to <namespace storage>/pod-plans/<uid>.json; the
+    agent copies it into the spool (empty when there is none) and touches the copy at every
+    read, which keeps the hooks reading it; a read that fails leaves the copy to go stale."""
+    from perfdiag.cli.agent import DEFAULT_PLAN_POLL_S
+    from perfdiag.collector.pod_plan import DEFAULT_POLL_S, PodPlanFollower
+    from perfdiag.storage import StorageUnavailable
+
+    assert DEFAULT_PLAN_POLL_S == DEFAULT_POLL_S
+    storage = LocalStorage(tmp_path / "ns")
+    spool_dir = tmp_path / "spool"
+    follower = PodPlanFollower(storage, "uid-1", spool_dir)
+    mirror = spool.agent_plan_file(spool_dir)
+    assert follower.poll_once() and mirror.read_bytes() == b""  # no plan yet
+    plan = Plan.new(plan_id="d-uid-watch", action="watch", steps=10)
+    storage.put_text("pod-plans/uid-1.json", plan.to_json())
+    assert follower.poll_once() and mirror.read_text() == plan.to_json()
+    assert spool.plan_source(spool_dir, tmp_path / "kubelet-plan", time.time()) == mirror
+    # The agent's statuses follow the plan of its copy (the kubelet's file is still empty).
+    (tmp_path / "kubelet-plan").write_text("")
+    from perfdiag.collector.agent import _current_plan
+
+    assert _current_plan(spool_dir, 0, tmp_path / "kubelet-plan") == "d-uid-watch"
+    # Unchanged: touched, not rewritten.
+    then = time.time() - 20
+    os.utime(mirror, (then, then))
+    inode = mirror.stat().st_ino
+    assert follower.poll_once()
+    assert mirror.stat().st_ino == inode and time.time() - mirror.stat().st_mtime < 5
+    # Removed by the operator: an empty copy.
+    storage.delete("pod-plans/uid-1.json")
+    assert follower.poll_once() and mirror.read_bytes() == b""
+    # Storage unreachable: the copy is left as it was, to go stale.
+    os.utime(mirror, (then, then))
+
+    def unreachable(key: str) -> bytes:
+        raise StorageUnavailable("connection refused")
+
+    follower.storage.get_bytes = unreachable  # type: ignore[method-assign]
+    assert not follower.poll_once()
+    assert mirror.stat().st_mtime == pytest.approx(then)
+
+
+def test_the_agent_loop_follows_the_pods_plan_and_removes_its_copy_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    from perfdiag.collector.pod_plan import PodPlanFollower
+
+    storage = LocalStorage(tmp_path / "ns")
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    storage.put_text("pod-plans/uid-2.json", Plan.new(plan_id="cap", steps=3).to_json())
+    stop = threading.Event()
+    follower = PodPlanFollower(storage, "uid-2", spool_dir, poll_s=0.05)
+    agent = threading.Thread(
+        target=run_agent, args=(spool_dir, storage), kwargs={"stop": stop, "pod_plan": follower}
+    )
+    agent.start()
+    mirror = spool.agent_plan_file(spool_dir)
+    deadline = time.monotonic() + 10
+    while not mirror.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert '"cap"' in mirror.read_text()
+    stop.set()
+    agent.join(10)
+    assert not mirror.exists()

@@ -237,20 +237,28 @@ def webhook_env(
     return storage
 
 
-E2E_CAPTURE_LEAD_SECONDS = 10
-"""The suite's kubelet rewrites the plan file at once and the agents upload every 5 s: a short
-lead keeps the end-to-end runs short."""
+@pytest.fixture
+def operator_metrics(prometheus_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The in-process operator serves its metrics where the suite's Prometheus scrapes them
+    (as the chart's ServiceMonitor says); returns that Prometheus."""
+    monkeypatch.setenv("PERFDIAG_METRICS_PORT", str(prometheus_server.operator_port))
+    monkeypatch.setenv("PERFDIAG_METRICS_ADDR", "127.0.0.1")
+    return prometheus_server
 
 
 @pytest.fixture
-def e2e_env(webhook_env: str, minio_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+def e2e_env(
+    webhook_env: str, minio_server: Any, operator_metrics: Any, monkeypatch: pytest.MonkeyPatch
+) -> str:
     """The operator's storage: s3://<bucket>/perfdiag on the suite's MinIO (restarted if a test
-    stopped it), its credentials in the operator's environment. Returns the storage root."""
+    stopped it), its credentials in the operator's environment, its metrics scraped by the
+    suite's Prometheus. Returns the storage root."""
     if not minio_server.running():
         minio_server.start()
     for key, value in minio_server.env().items():
         monkeypatch.setenv(key, value)
     root = f"s3://{minio_server.bucket}/perfdiag"
     monkeypatch.setenv("PERFDIAG_STORAGE", root)
-    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", str(E2E_CAPTURE_LEAD_SECONDS))
+    # The capture lead is the operator's default: the one a cluster gets.
+    monkeypatch.delenv("PERFDIAG_CAPTURE_LEAD_SECONDS", raising=False)
     return root

@@ -70,6 +70,10 @@ class Training:
     def spool_of(self, pod: str) -> Path:
         return self.kubelet.pods[pod].root / "volumes" / "perfdiag-spool"
 
+    def plan_file_of(self, pod: str) -> Path:
+        """The pod's downward-API plan file, as the kubelet wrote it."""
+        return self.kubelet.pods[pod].root / "volumes" / "perfdiag-podinfo" / "plan"
+
     def steps(self) -> dict[int, int]:
         """Rank → last step seen in the spool heartbeats."""
         found: dict[int, int] = {}
@@ -112,12 +116,15 @@ def running_training(
     args: list[str] | None = None,
     node_of: Callable[[str], str] | None = None,
     perfdiag_image: BuiltImage | None = None,
+    downward_api_resync_s: float | None = None,
 ) -> Iterator[Training]:
     """The PyTorchJob applied, its pods created as the training operator would, run by the
     local kubelet until the ranks are training; stopped (stop file, then the kubelet) after.
     Default training: perfdiag's demo with a slow rank (`demo_args`). `node_of`: the node each
     pod (by name) runs on (one node by default). `perfdiag_image`: perfdiag's containers (hook
-    copy, agent, analyzer Job) run from the built image instead of the development venv."""
+    copy, agent, analyzer Job) run from the built image instead of the development venv.
+    `downward_api_resync_s`: the kubelet refreshes the pods' downward-API files only that often
+    (LocalKubelet); default: at every sync."""
     stop_file = workdir / f"{name}.stop"
     job = pytorchjob(name, demo_args(stop_file) if args is None else args)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
@@ -134,6 +141,7 @@ def running_training(
         images(workdir, script, perfdiag_image),
         base_env(),
         node_of=node_of,
+        downward_api_resync_s=downward_api_resync_s,
     ).start()
     training = Training(name, created["metadata"]["uid"], [p["metadata"]["name"] for p in pods],
                         kubelet, stop_file)  # fmt: skip

@@ -21,9 +21,11 @@ from perfdiag.api.verdict import (
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
 from perfdiag.operator.coordination import (
+    MAX_EXTRAPOLATION_S,
     RATE_STEPS,
     RATE_WAIT_S,
     World,
+    capture_lead,
     decide,
     expected_ranks,
     our_plan_ids,
@@ -31,9 +33,11 @@ from perfdiag.operator.coordination import (
     plan_id,
     pods_to_disarm,
     stacks_plan_id,
+    step_now,
     verdict_summary,
     watch_plan_id,
 )
+from perfdiag.operator.settings import DEFAULT_CAPTURE_LEAD_SECONDS, KUBELET_CAPTURE_LEAD_SECONDS
 
 NOW = datetime(2026, 11, 22, 2, 0, 0, tzinfo=timezone.utc)
 UID = "0f2d6c1e-1111-2222-3333-444455556666"
@@ -44,19 +48,24 @@ SPEC = PerfDiagnosisSpec.model_validate(
 
 
 def _pod(
-    name: str, *, injected: bool = True, nproc: str = "2", **annotations: str
+    name: str,
+    *,
+    injected: bool = True,
+    nproc: str = "2",
+    follows: bool = True,
+    **annotations: str,
 ) -> dict[str, Any]:
+    """A target pod; injected, it has the agent as this version's webhook adds it (`follows`:
+    with POD_UID, reading its plan from storage; False: as an earlier perfdiag injected it)."""
     notes = dict(annotations)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "pytorch", "env": [{"name": "PET_NPROC_PER_NODE", "value": nproc}]}]
+    }
     if injected:
         notes["perfdiag.io/injected"] = "0.1.0"
-    return {
-        "metadata": {"name": name, "annotations": notes},
-        "spec": {
-            "containers": [
-                {"name": "pytorch", "env": [{"name": "PET_NPROC_PER_NODE", "value": nproc}]}
-            ]
-        },
-    }
+        env = [{"name": "POD_NAME"}, *([{"name": "POD_UID"}] if follows else [])]
+        spec["initContainers"] = [{"name": "perfdiag-agent", "env": env}]
+    return {"metadata": {"name": name, "annotations": notes}, "spec": spec}
 
 
 def _decide(
@@ -564,15 +573,17 @@ def test_a_one_shot_capture_measures_the_step_rate_then_plans_ahead() -> None:
     message = _cond(waiting.status, "Reconciling")[2]
     assert "0/4 rank(s) reporting" in message and "105 s left" in message
 
-    # One rank's mean step (50 ms: 20 steps/s) is enough: the window begins 90 s ahead.
+    # One rank's mean step (50 ms: 20 steps/s) is enough: the window begins the lead ahead
+    # (the default: every pod's agent follows its plan in storage).
     at = NOW + timedelta(seconds=30)
+    lead = DEFAULT_CAPTURE_LEAD_SECONDS
     workers = _watchers(300, {0: 50.0, 1: 52.0}, at)
     armed = _one_shot(waiting.status, World(pods=pods, workers=workers), now=at)
     assert armed.actions == ["arm"]
     plan = armed.plan
     assert (plan.id, plan.action, plan.steps) == (f"d-{UID}", "capture", 10)
-    assert plan.start_step == 300 + 20 * 90 + 1
-    assert plan.deadline == at + timedelta(seconds=SPEC.capture.timeout_seconds + 90)
+    assert plan.start_step == 300 + 20 * lead + 1
+    assert plan.deadline == at + timedelta(seconds=SPEC.capture.timeout_seconds + lead)
     new = armed.status
     assert new.phase == "Capturing"
     assert (new.window.plan_id, new.window.start_step, new.window.steps) == (
@@ -602,7 +613,7 @@ def test_a_one_shot_capture_measures_the_rate_from_progress() -> None:
     later = at + timedelta(seconds=20)
     twice = _one_shot(once.status, World(pods=pods, workers=bare(180, later)), now=later)
     assert twice.actions == ["arm"]
-    assert twice.plan.start_step == 180 + 4 * 90 + 1  # 80 steps in 20 s
+    assert twice.plan.start_step == 180 + 4 * DEFAULT_CAPTURE_LEAD_SECONDS + 1  # 80 in 20 s
 
 
 def test_a_one_shot_capture_without_a_rate_falls_back_to_no_start_step() -> None:
@@ -811,3 +822,41 @@ def test_the_analyzer_job_records_the_thresholds_it_was_given() -> None:
     relaunched = _decide(done.status, World())
     assert relaunched.actions == ["launch_job"]
     assert relaunched.status.analysis.to_wire() == {"generation": 1, "thresholds": {}}
+
+
+def test_the_lead_covers_the_slowest_way_the_plan_reaches_a_pod() -> None:
+    """Every pod's agent follows its plan in storage: the configured lead. One pod injected by
+    an earlier perfdiag (its agent has no POD_UID): the plan reaches it only at the kubelet's
+    refresh of its downward-API file, and the lead covers the kubelet's periodic resync."""
+    new, old = _pod("bert-master-0"), _pod("bert-worker-0", follows=False)
+    assert capture_lead([new, new], 10.0) == 10.0
+    assert capture_lead([new, old], 10.0) == KUBELET_CAPTURE_LEAD_SECONDS == 90.0
+    assert capture_lead([new, old], 120.0) == 120.0  # a longer setting stays
+    # Through decide: the same one-shot capture on such a job plans its window 90 s ahead.
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    notes = _measuring_pods()[0]["metadata"]["annotations"]
+    pods = [_pod("bert-master-0", **notes), _pod("bert-worker-0", follows=False, **notes)]
+    at = NOW + timedelta(seconds=30)
+    armed = _one_shot(status, World(pods=pods, workers=_watchers(300, {0: 50.0}, at)), now=at)
+    assert armed.plan.start_step == 300 + 20 * 90 + 1
+    assert "(90 s ahead)" in armed.events[0].message
+
+
+def test_the_window_is_planned_from_the_step_the_ranks_reached_by_now() -> None:
+    """The statuses are seconds old when the operator reads them: the furthest step is carried
+    forward at the job's rate from when it ended, so the lead need not cover their age; never
+    backwards (a clock behind), never more than MAX_EXTRAPOLATION_S (a job that stalled)."""
+    ended = NOW.timestamp()
+    assert step_now(300, ended, 20.0, NOW + timedelta(seconds=4)) == 380
+    assert step_now(300, ended, 20.0, NOW - timedelta(seconds=4)) == 300
+    assert step_now(300, ended, 20.0, NOW + timedelta(hours=1)) == 300 + 20 * 30
+    assert MAX_EXTRAPOLATION_S == 30.0
+    assert step_now(300, None, 20.0, NOW) == step_now(300, ended, None, NOW) == 300
+    # In a pass: statuses 4 s old at 20 steps/s begin the window 80 steps further.
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    pods = _measuring_pods()
+    reported = NOW + timedelta(seconds=30)
+    read = reported + timedelta(seconds=4)
+    workers = _watchers(300, {0: 50.0}, reported)
+    armed = _one_shot(status, World(pods=pods, workers=workers), now=read)
+    assert armed.plan.start_step == 300 + 80 + 20 * DEFAULT_CAPTURE_LEAD_SECONDS + 1

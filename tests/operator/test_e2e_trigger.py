@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from perfdiag.storage import open_storage
+from tests.operator import monitoring_checks
 from tests.operator.e2e_support import (
     FAULT_RANK,
     apply_diagnosis,
@@ -30,7 +31,7 @@ PERCENT = 25  # the slow rank's tokenizer more than doubles the step; a loaded h
 
 
 def test_a_slowdown_mid_run_fires_the_capture(
-    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path
+    cluster: Any, kube_namespace: str, minio_server: Any, tmp_path: Path, prometheus_server: Any
 ) -> None:
     ns = kube_namespace
     storage_secret(cluster, ns, minio_server)
@@ -102,8 +103,16 @@ def test_a_slowdown_mid_run_fires_the_capture(
             timeout=60,
         )
         wide = cluster.kubectl("get", "pdiag", "on-slowdown", "-n", ns, "-o", "wide").stdout
+        # What the suite's Prometheus scraped from the operator (the chart's ServiceMonitor and
+        # alerting rules), and every query of the chart's Grafana dashboard for this diagnosis.
+        scraped = monitoring_checks.collect(
+            prometheus_server, ns, "on-slowdown", trigger=True, outcome="degraded",
+            alerts=("PerfdiagJobSlowedDown", "PerfdiagVerdictDegraded"), dashboard=True,
+        )  # fmt: skip
+        diagnosis = cluster.get(ns, "on-slowdown") or {}
 
     print(f"\nbaseline before the slowdown: {watch}", flush=True)
+    print(f"scraped: {monitoring_checks.describe(scraped)}", flush=True)
     assert phases[0] in ("Pending", "Watching") and "Watching" in phases, phases
     assert phases.index("Watching") < phases.index("Succeeded"), phases
     assert final["phase"] == "Succeeded", final
@@ -134,3 +143,12 @@ def test_a_slowdown_mid_run_fires_the_capture(
     for pod in training.pods:
         annotations = cluster.core.read_namespaced_pod(pod, ns).metadata.annotations or {}
         assert "perfdiag.io/plan" not in annotations
+    # Prometheus holds STEP-MS and BASELINE-MS, the ratio, the rule's threshold, the verdict,
+    # findings and culprits as the status says; the slowdown and the verdict alerted; every
+    # panel of the dashboard has data for this diagnosis.
+    monitoring_checks.assert_matches_status(scraped, diagnosis, percent=PERCENT)
+    monitoring_checks.assert_counted(scraped, diagnosis, trigger=True, pods=len(training.pods))
+    [slowed] = scraped.alerts["PerfdiagJobSlowedDown"]
+    assert slowed["target"] == training.name and "× its baseline" in slowed["_description"]
+    empty = [panel for panel, found in scraped.panels.items() if not found]
+    assert scraped.panels and not empty, scraped.panels

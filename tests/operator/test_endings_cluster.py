@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from perfdiag.api.plan import pod_plan_key
 from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, WorkerInfo
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import job_name
 from perfdiag.operator.coordination import plan_id, stacks_plan_id, watch_plan_id
-from perfdiag.storage import layout, open_storage
+from perfdiag.storage import StorageNotFound, layout, open_storage
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("capture_env")]
 
@@ -115,10 +116,24 @@ class Diagnosis:
             for pod, notes in self.notes().items()
         }
 
+    def stored_plans(self) -> dict[str, str | None]:
+        """Pod → the id of the plan in its plan object in storage (what its agent reads)."""
+        storage = open_storage(f"{self.root}/{self.ns}")
+        found: dict[str, str | None] = {}
+        for pod in self.cluster.core.list_namespaced_pod(self.ns).items:
+            try:
+                text = storage.get_text(pod_plan_key(pod.metadata.uid))
+            except StorageNotFound:
+                text = None
+            found[pod.metadata.name] = json.loads(text)["id"] if text else None
+        return found
+
     def wait_plans(self, plan: str) -> None:
+        """Until every pod has the plan, on it and in storage (written first)."""
         self.cluster.wait_for(
             lambda: set(self.plans().values()) == {plan}, f"plan {plan} on every pod"
         )
+        assert set(self.stored_plans().values()) == {plan}, self.stored_plans()
 
     def finish_pods(self, *pods: str) -> None:
         """The kubelet reports the pods' containers done (the job ended)."""
@@ -128,11 +143,13 @@ class Diagnosis:
             )
 
     def assert_clean(self) -> None:
-        """Nothing of perfdiag's plans is left on any pod, finished ones included."""
+        """Nothing of perfdiag's plans is left on any pod, finished ones included, nor in the
+        pods' plan objects in storage (removed first)."""
         self.cluster.wait_for(
             lambda: all(not notes for notes in self.notes().values()),
             f"no plan left by {self.name} on the pods",
         )
+        assert set(self.stored_plans().values()) == {None}, self.stored_plans()
 
     # ---- what the agents write -----------------------------------------------------------------
     def report_step_rate(self, step: int = 100) -> None:
@@ -239,7 +256,24 @@ def diagnosing(
                     "labels": cluster.pytorchjob_pod_labels("bert"),
                     "annotations": {"perfdiag.io/injected": "test"},
                 },
-                "spec": {"containers": [{"name": "pytorch", "image": "pytorch:none"}]},
+                "spec": {
+                    "containers": [{"name": "pytorch", "image": "pytorch:none"}],
+                    # The agent as the webhook injects it: with the pod's uid, it reads the
+                    # pod's plan from storage (the operator then plans with the short lead).
+                    "initContainers": [
+                        {
+                            "name": "perfdiag-agent",
+                            "image": "perfdiag:none",
+                            "restartPolicy": "Always",
+                            "env": [
+                                {
+                                    "name": "POD_UID",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}},
+                                }
+                            ],
+                        }
+                    ],
+                },
             },
         )
     with cluster.operator(ns):

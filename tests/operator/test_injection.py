@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from perfdiag.operator.injection import (
     AGENT_CONTAINER,
     HOOK_DIR,
     InjectionConfig,
+    follows_pod_plan,
     inject,
     injected,
     rank_env,
@@ -168,3 +170,28 @@ def test_agent_resources_and_storage_endpoint_from_the_operator() -> None:
     [agent] = [c for c in default["spec"]["initContainers"] if c["name"] == AGENT_CONTAINER]
     assert not {"AWS_ENDPOINT_URL", "AWS_REGION"} & {e["name"] for e in agent["env"]}
     assert agent["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+
+def test_the_agent_follows_its_pods_plan_by_the_pods_uid() -> None:
+    """The agent gets the pod's uid (POD_UID, `perfdiag agent --pod-uid`'s default), under
+    which it reads the pod's plan from storage; the operator tells such pods from pods an
+    earlier perfdiag injected (no POD_UID: the plan reaches those only through the kubelet)."""
+    pod = _pod()
+    patch = inject(pod, CONFIG)
+    assert patch is not None
+    agent = patch["spec"]["initContainers"][-1]
+    [uid] = [e for e in agent["env"] if e["name"] == "POD_UID"]
+    assert uid == {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+    assert follows_pod_plan(_apply(pod, patch))
+    earlier = _apply(pod, patch)
+    earlier["spec"]["initContainers"][-1]["env"] = [
+        e for e in agent["env"] if e["name"] != "POD_UID"
+    ]
+    assert not follows_pod_plan(earlier)
+    assert not follows_pod_plan(pod)  # not injected
+    # The operator's plan poll, when it sets one, is the agent's.
+    slower = inject(pod, dataclasses.replace(CONFIG, plan_poll_seconds=12.5))
+    assert slower is not None
+    args = slower["spec"]["initContainers"][-1]["args"]
+    assert args[args.index("--plan-poll") + 1] == "12.5"
+    assert "--plan-poll" not in agent["args"]

@@ -99,6 +99,7 @@ CHART_ENV = {
     "PERFDIAG_ANALYZER_TTL_SECONDS": "60",
     "PERFDIAG_STORAGE_ENDPOINT": "http://minio.minio:9000",
     "PERFDIAG_STORAGE_REGION": "eu-west-1",
+    "PERFDIAG_AGENT_PLAN_POLL_SECONDS": "5",
 }
 
 
@@ -125,6 +126,21 @@ def test_resources_limits_and_endpoint_from_env(monkeypatch: pytest.MonkeyPatch)
         "http://minio.minio:9000",
         "eu-west-1",
     )
+
+
+def test_the_capture_lead_covers_the_agents_plan_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slower plan poll (a large job's request budget) lengthens the lead with it; a poll the
+    hooks' trust in the agent's copy cannot cover is refused."""
+    monkeypatch.delenv("PERFDIAG_CAPTURE_LEAD_SECONDS", raising=False)
+    monkeypatch.delenv("PERFDIAG_AGENT_PLAN_POLL_SECONDS", raising=False)
+    assert OperatorConfig.from_env().effective_capture_lead == 10.0
+    monkeypatch.setenv("PERFDIAG_AGENT_PLAN_POLL_SECONDS", "20")
+    assert OperatorConfig.from_env().effective_capture_lead == 25.0
+    monkeypatch.setenv("PERFDIAG_CAPTURE_LEAD_SECONDS", "40")
+    assert OperatorConfig.from_env().effective_capture_lead == 40.0
+    monkeypatch.setenv("PERFDIAG_AGENT_PLAN_POLL_SECONDS", "60")
+    with pytest.raises(ValueError, match="PERFDIAG_AGENT_PLAN_POLL_SECONDS='60'"):
+        OperatorConfig.from_env()
 
 
 @pytest.mark.parametrize(

@@ -172,13 +172,69 @@ def test_reinvocation_is_idempotent(cluster: Any, kube_namespace: str) -> None:
     ]
 
 
-def test_failure_policy_ignore_when_operator_is_down(cluster: Any, kube_namespace: str) -> None:
+WEBHOOK = "inject.pods.perfdiag.io"  # the webhook's name, kopf's as the chart's
+FAIL_OPEN = f'apiserver_admission_webhook_fail_open_count{{name="{WEBHOOK}"}}'
+
+
+def test_failure_policy_ignore_when_operator_is_down(
+    cluster: Any, kube_namespace: str, prometheus_server: Any
+) -> None:
     """The configuration stays (persistent) while no webhook answers; pods are still created,
-    without perfdiag, rather than refused."""
+    without perfdiag, rather than refused. The API server counts the fail-open, the suite's
+    Prometheus scrapes it and the chart's PerfdiagWebhookFailingOpen fires."""
     ns = kube_namespace
     with cluster.operator(ns):
         _wait_for_webhook(cluster, ns)
+    before = sum(value for _, value in prometheus_server.values(FAIL_OPEN))
     pod = cluster.core.create_namespaced_pod(ns, _training_pod("late"))
     assert pod.spec.init_containers is None
     assert not (pod.metadata.annotations or {}).get("perfdiag.io/injected")
     cluster.kube.kubectl("get", "mutatingwebhookconfiguration", CONFIGURATION)
+    prometheus_server.wait_for(
+        lambda: sum(value for _, value in prometheus_server.values(FAIL_OPEN)) > before,
+        "the API server's fail-open count",
+    )
+    [alert] = prometheus_server.wait_for(
+        lambda: prometheus_server.firing("PerfdiagWebhookFailingOpen", name=WEBHOOK),
+        "PerfdiagWebhookFailingOpen (the API server's count)",
+    )
+    assert "the API server could not reach the webhook" in alert["_description"], alert
+
+
+def test_an_injection_that_fails_admits_the_pod_and_says_so(
+    cluster: Any,
+    kube_namespace: str,
+    operator_metrics: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exception in the injection (here: made to raise) fails open too: the pod is created
+    unchanged instead of refused (kopf would answer an exception with a denial, which
+    failurePolicy Ignore does not cover), the operator counts it, and the chart's
+    PerfdiagWebhookFailingOpen fires naming the reason."""
+    from perfdiag.operator import webhook
+
+    prometheus = operator_metrics
+    ns = kube_namespace
+    with cluster.operator(ns):
+        _wait_for_webhook(cluster, ns)
+        prometheus.wait_for(  # scraped at 0 before the failure, so that increase() sees it
+            lambda: prometheus.values(
+                'perfdiag_webhook_fail_open_total{reason="InjectionError"} == 0'
+            ),
+            "the operator's fail-open counter at 0",
+        )
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("injection broke")
+
+        monkeypatch.setattr(webhook, "inject", broken)
+        pod = cluster.core.create_namespaced_pod(ns, _training_pod("unlucky"))
+        assert pod.spec.init_containers is None
+        assert not (pod.metadata.annotations or {}).get("perfdiag.io/injected")
+        [alert] = prometheus.wait_for(
+            lambda: prometheus.firing("PerfdiagWebhookFailingOpen", reason="InjectionError"),
+            "PerfdiagWebhookFailingOpen (the operator's count)",
+        )
+        counted = prometheus.values('perfdiag_webhook_admissions_total{result="error"}')
+    assert "the operator says: InjectionError" in alert["_description"], alert
+    assert [value for _, value in counted] == [1.0], counted

@@ -77,3 +77,7 @@ storage credentials by envFrom, which needs no RBAC of the operator.
   resources: [events]
   verbs: [create]
 {{- end -}}
+
+{{- define "perfdiag.metricsService" -}}
+{{- printf "%s-metrics" (include "perfdiag.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

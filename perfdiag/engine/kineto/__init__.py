@@ -37,6 +37,7 @@ __all__ = [
     "profiler_steps",
     "read_kineto",
     "step_bounds",
+    "trace_events",
     "trace_rank",
     "worker_meta",
 ]
@@ -54,7 +55,12 @@ def read_kineto(path: Path, *, rank: int | None = None) -> tuple[pa.Table, Worke
 
 
 def _read_kineto(path: Path, rank: int | None) -> tuple[pa.Table, WorkerMeta]:
-    raw = load_trace(path)
+    return trace_events(load_trace(path), rank)
+
+
+def trace_events(raw: RawTrace, rank: int | None = None) -> tuple[pa.Table, WorkerMeta]:
+    """read_kineto of a trace already parsed."""
+    path = raw.path
     global_rank = trace_rank(raw, rank)
     world = distributed_info(raw.header).get("world_size")
     problem = rank_problem(global_rank) or (

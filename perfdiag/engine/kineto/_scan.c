@@ -21,9 +21,13 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h> /* baseline on x86-64: 16 bytes of a string checked at once */
+#endif
 
 #define MAX_DEPTH 256
 #define MAX_NUMBER 9000000000000000LL /* json_shape.MAX_NUMBER: both readers refuse this */
@@ -41,6 +45,9 @@ typedef struct {
 /* The keys read; args' keys are read inside "args" only. */
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS, N_KEYS };
 enum { A_CORRELATION, A_DEVICE, A_STREAM, N_ARGS };
+/* The key sets read: an event's, its args' (inside "args" only), none (an object only
+ * validated). */
+enum { KEYS_NONE, KEYS_EVENT, KEYS_ARGS };
 
 typedef struct {
     Value key[N_KEYS];
@@ -98,6 +105,7 @@ typedef struct {
     Buffer rows; /* int64: a complete event's index in traceEvents */
     Strings strings[N_STRINGS];
     Numbers numbers[N_NUMBERS];
+    size_t room; /* rows every fixed-size buffer holds: one check a row, not one a buffer */
 } Columns;
 
 typedef struct {
@@ -105,8 +113,30 @@ typedef struct {
     int count;
 } Prefixes;
 
+/* A run of spaces (indentation), 8 bytes at a time where the byte order allows. */
+static inline size_t skip_spaces(const unsigned char *s, size_t p, size_t n) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (p + 8 <= n) {
+        uint64_t word;
+        memcpy(&word, s + p, 8);
+        uint64_t other = word ^ 0x2020202020202020ULL; /* zero bytes: spaces */
+        if (other) return p + ((size_t)__builtin_ctzll(other) >> 3);
+        p += 8;
+    }
+#endif
+    while (p < n && s[p] == ' ') p++;
+    return p;
+}
+
 static inline size_t skip_blanks(const unsigned char *s, size_t p, size_t n) {
-    while (p < n && (s[p] == ' ' || s[p] == '\n' || s[p] == '\r' || s[p] == '\t')) p++;
+    while (p < n) {
+        unsigned char c = s[p];
+        if (c > ' ') return p; /* most often: no blank at all */
+        if (c == ' ' && p + 1 < n && s[p + 1] > ' ') return p + 1; /* or one space (": ") */
+        if (c == ' ') p = skip_spaces(s, p, n);
+        else if (c == '\n' || c == '\r' || c == '\t') p++;
+        else return p;
+    }
     return p;
 }
 
@@ -132,11 +162,32 @@ static int parse_string(const unsigned char *s, size_t n, size_t *p, Value *v) {
     v->start = i;
     v->escaped = 0;
     for (;;) {
+#if defined(__SSE2__)
+        /* The quote, the backslash, and (signed) bytes below 0x20: controls and the UTF-8
+         * bytes from 0x80 — SPECIAL's bytes. */
+        while (i + 16 <= n) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+            __m128i stop = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                             _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+            int mask = _mm_movemask_epi8(stop);
+            if (mask) {
+                i += (size_t)__builtin_ctz((unsigned)mask);
+                goto special;
+            }
+            i += 16;
+        }
+#else
         while (i + 4 <= n && !(SPECIAL[s[i]] | SPECIAL[s[i + 1]] | SPECIAL[s[i + 2]] |
                                SPECIAL[s[i + 3]]))
             i += 4;
+#endif
         while (i < n && !SPECIAL[s[i]]) i++;
         if (i >= n) return MORE;
+#if defined(__SSE2__)
+    special:;
+#endif
         unsigned char c = s[i];
         if (c == '"') break;
         if (c < 0x20) return BAD;
@@ -194,6 +245,23 @@ static inline int p_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 /* A number in JSON's grammar; reaching the end of the buffer is MORE (a value is always
  * followed by ',', '}' or ']' inside an event). */
+/* Past a run of digits, 8 at a time where the byte order allows (a timestamp has 16). */
+static inline size_t skip_digits(const unsigned char *s, size_t i, size_t n) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (i + 8 <= n) {
+        uint64_t word;
+        memcpy(&word, s + i, 8);
+        /* 0x80 in each byte that is not a digit: '0'..'9' are 0x30..0x39. */
+        uint64_t low = word - 0x3030303030303030ULL, high = word + 0x4646464646464646ULL;
+        uint64_t other = (low | high) & 0x8080808080808080ULL;
+        if (other) return i + ((size_t)__builtin_ctzll(other) >> 3);
+        i += 8;
+    }
+#endif
+    while (i < n && p_digit(s[i])) i++;
+    return i;
+}
+
 static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
     size_t i = *p;
     v->type = T_NUMBER;
@@ -203,7 +271,7 @@ static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
     if (i >= n) return MORE;
     if (s[i] == '0') i++;
     else if (s[i] >= '1' && s[i] <= '9') {
-        while (i < n && p_digit(s[i])) i++;
+        i = skip_digits(s, i, n);
     } else return BAD;
     if (i >= n) return MORE;
     if (s[i] == '.') {
@@ -211,7 +279,7 @@ static int parse_number(const unsigned char *s, size_t n, size_t *p, Value *v) {
         i++;
         if (i >= n) return MORE;
         if (!p_digit(s[i])) return BAD;
-        while (i < n && p_digit(s[i])) i++;
+        i = skip_digits(s, i, n);
         if (i >= n) return MORE;
     }
     if (s[i] == 'e' || s[i] == 'E') {
@@ -242,8 +310,8 @@ static int parse_literal(const unsigned char *s, size_t n, size_t *p, const char
 }
 
 static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, int depth);
-static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
-                         const Key *keys, int count, Event *event, int depth);
+static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found, int keys,
+                         Event *event, int depth);
 
 /* An object or array from its opening bracket, validated and skipped. */
 static int parse_container(const unsigned char *s, size_t n, size_t *p, Value *v, int depth) {
@@ -251,7 +319,7 @@ static int parse_container(const unsigned char *s, size_t n, size_t *p, Value *v
     v->start = *p;
     if (s[*p] == '{') {
         v->type = T_OBJECT;
-        int r = parse_members(s, n, p, NULL, NULL, 0, NULL, depth);
+        int r = parse_members(s, n, p, NULL, KEYS_NONE, NULL, depth);
         v->end = *p;
         return r;
     }
@@ -300,26 +368,48 @@ static int parse_value(const unsigned char *s, size_t n, size_t *p, Value *v, in
     }
 }
 
-static int find_key(const unsigned char *s, const Value *key, const Key *keys, int count) {
-    size_t len = key->end - key->start;
-    const unsigned char *text = s + key->start;
-    for (int k = 0; k < count; k++)
-        if (keys[k].len == len && text[0] == (unsigned char)keys[k].text[0] &&
-            memcmp(text, keys[k].text, len) == 0)
-            return k;
-    return -1;
+static inline int same(const unsigned char *text, const char *word, size_t len) {
+    return memcmp(text, word, len) == 0; /* a constant length: compiled inline */
 }
 
-#define KEY(word) {word, sizeof word - 1}
-static const Key EVENT_KEYS[N_KEYS] = {KEY("ph"),  KEY("cat"), KEY("name"), KEY("pid"),
-                                       KEY("tid"), KEY("ts"),  KEY("dur"),  KEY("args")};
-static const Key ARG_KEYS[N_ARGS] = {KEY("correlation"), KEY("device"), KEY("stream")};
+/* The index of a key among the set's, -1 for another key: by length first (most keys read
+ * past are none of these), then the few bytes. */
+static inline int find_key(const unsigned char *s, const Value *key, int keys) {
+    size_t len = key->end - key->start;
+    const unsigned char *t = s + key->start;
+    if (keys == KEYS_EVENT) {
+        switch (len) {
+        case 2:
+            if (same(t, "ph", 2)) return K_PH;
+            if (same(t, "ts", 2)) return K_TS;
+            return -1;
+        case 3:
+            if (same(t, "cat", 3)) return K_CAT;
+            if (same(t, "pid", 3)) return K_PID;
+            if (same(t, "tid", 3)) return K_TID;
+            if (same(t, "dur", 3)) return K_DUR;
+            return -1;
+        case 4:
+            if (same(t, "name", 4)) return K_NAME;
+            if (same(t, "args", 4)) return K_ARGS;
+            return -1;
+        default:
+            return -1;
+        }
+    }
+    if (keys == KEYS_ARGS) {
+        if (len == 11 && same(t, "correlation", 11)) return A_CORRELATION;
+        if (len == 6 && same(t, "device", 6)) return A_DEVICE;
+        if (len == 6 && same(t, "stream", 6)) return A_STREAM;
+    }
+    return -1;
+}
 
 /* An object's members, from its '{'; the values of `keys` go to `found` (type T_NONE when
  * absent). The event's "args" object is read the same way, one level down; an object read
  * for no key is only validated. */
-static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found,
-                         const Key *keys, int count, Event *event, int depth) {
+static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *found, int keys,
+                         Event *event, int depth) {
     size_t i = skip_blanks(s, *p + 1, n); /* *p is at '{' */
     if (i >= n) return MORE;
     if (s[i] == '}') {
@@ -332,20 +422,25 @@ static int parse_members(const unsigned char *s, size_t n, size_t *p, Value *fou
         if (s[i] != '"') return BAD;
         i++;
         if ((r = parse_string(s, n, &i, &key)) != OK) return r;
-        if (key.escaped && count) return BAD; /* "n\u0061me" is "name" to json.loads */
+        if (key.escaped && keys != KEYS_NONE) return BAD; /* "n\u0061me" is "name" to json */
         i = skip_blanks(s, i, n);
         if (i >= n) return MORE;
         if (s[i] != ':') return BAD;
         i = skip_blanks(s, i + 1, n);
         if (i >= n) return MORE;
-        int k = find_key(s, &key, keys, count);
+        int k = find_key(s, &key, keys);
         if (k >= 0 && found[k].type != T_NONE) return BAD; /* json.loads keeps the last */
         if (event && k == K_ARGS && s[i] == '{') {
             value.type = T_OBJECT;
             value.start = i;
-            r = parse_members(s, n, &i, event->arg, ARG_KEYS, N_ARGS, NULL, depth + 1);
+            r = parse_members(s, n, &i, event->arg, KEYS_ARGS, NULL, depth + 1);
             if (r != OK) return r;
             value.end = i;
+        } else if (s[i] == '"') { /* most values: a string or a number, read here */
+            i++;
+            if ((r = parse_string(s, n, &i, &value)) != OK) return r;
+        } else if (p_digit(s[i]) || s[i] == '-') {
+            if ((r = parse_number(s, n, &i, &value)) != OK) return r;
         } else if ((r = parse_value(s, n, &i, &value, depth + 1)) != OK) {
             return r;
         }
@@ -419,9 +514,31 @@ static int read_float(const unsigned char *s, const Value *v, double *out) {
         *out = (double)integer;
         return 1;
     }
+    if (v->type != T_NUMBER) return 0;
+    /* Clinger's fast path: with at most 15 digits and no exponent the value is digits / 10^k,
+     * both exact doubles, and one IEEE division rounds it correctly — as strtod and Python's
+     * float do. Kineto's durations ("31.389") are all read so, without strtod. */
+    static const double POW10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    size_t i = v->start;
+    int negative = s[i] == '-';
+    if (negative) i++;
+    uint64_t digits = 0;
+    int count = 0, decimals = 0;
+    for (; i < v->end && p_digit(s[i]); i++, count++) digits = digits * 10 + (s[i] - '0');
+    if (i < v->end && s[i] == '.')
+        for (i++; i < v->end && p_digit(s[i]); i++, count++, decimals++)
+            digits = digits * 10 + (s[i] - '0');
+    if (i == v->end && count <= 15 && FLT_EVAL_METHOD == 0) {
+        double value = (double)digits / POW10[decimals];
+        if (negative) value = -value;
+        if (!(value > -(double)MAX_NUMBER && value < (double)MAX_NUMBER)) return 0;
+        *out = value;
+        return 1;
+    }
     char text[64];
     size_t len = v->end - v->start;
-    if (v->type != T_NUMBER || len >= sizeof text) return 0;
+    if (len >= sizeof text) return 0;
     memcpy(text, s + v->start, len);
     text[len] = 0;
     char *end;
@@ -432,18 +549,49 @@ static int read_float(const unsigned char *s, const Value *v, double *out) {
     return 1;
 }
 
+/* Room for one more row in every fixed-size buffer (string data grows on its own). */
+static int reserve_row(Columns *out) {
+    size_t rows = out->rows.len / 8;
+    if (rows < out->room) return 0;
+    size_t room = out->room ? out->room * 2 : 4096;
+    if (reserve(&out->rows, (room - rows) * 8)) return -1;
+    for (int k = 0; k < N_STRINGS; k++) {
+        Strings *c = &out->strings[k];
+        if (reserve(&c->offsets, (room - rows) * 4) || reserve(&c->valid, room - rows) ||
+            reserve(&c->escaped, room - rows))
+            return -1;
+    }
+    for (int k = 0; k < N_NUMBERS; k++) {
+        Numbers *c = &out->numbers[k];
+        if (reserve(&c->values, (room - rows) * 8) || reserve(&c->valid, room - rows)) return -1;
+    }
+    out->room = room;
+    return 0;
+}
+
+/* Writes into room made by reserve_row. */
+static inline void put(Buffer *b, const void *value, size_t n) {
+    memcpy(b->data + b->len, value, n);
+    b->len += n;
+}
+
+static inline void put_byte(Buffer *b, unsigned char byte) { b->data[b->len++] = (char)byte; }
+
 static int push_string(Strings *c, const unsigned char *s, const Value *v) {
     unsigned char present = v->type == T_STRING;
     unsigned char escaped = present && v->escaped;
     if (present && append(&c->data, s + v->start, v->end - v->start)) return -1;
     if (c->data.len > INT32_MAX) return -1;
     int32_t offset = (int32_t)c->data.len;
-    return append(&c->offsets, &offset, 4) || append_byte(&c->valid, present) ||
-           append_byte(&c->escaped, escaped);
+    put(&c->offsets, &offset, 4);
+    put_byte(&c->valid, present);
+    put_byte(&c->escaped, escaped);
+    return 0;
 }
 
-static int push_number(Numbers *c, const void *value, unsigned char present) {
-    return append(&c->values, value, 8) || append_byte(&c->valid, present);
+static inline void push_number(Numbers *c, const void *value, unsigned char present) {
+    put(&c->values, value, 8);
+    put_byte(&c->valid, present);
 }
 
 enum { NO_MEMORY = 3 };
@@ -489,17 +637,19 @@ static int commit(Columns *out, const unsigned char *s, const Event *e, int64_t 
     }
     Strings *str = out->strings;
     Numbers *num = out->numbers;
-    if (append(&out->rows, &row, 8) || push_string(&str[S_CAT], s, &key[K_CAT]) ||
-        push_string(&str[S_NAME], s, &key[K_NAME]) ||
+    if (reserve_row(out)) return NO_MEMORY;
+    put(&out->rows, &row, 8);
+    if (push_string(&str[S_CAT], s, &key[K_CAT]) || push_string(&str[S_NAME], s, &key[K_NAME]) ||
         push_string(&str[S_PIS], s, key[K_PID].type == T_STRING ? &key[K_PID] : &none) ||
-        push_string(&str[S_TIS], s, key[K_TID].type == T_STRING ? &key[K_TID] : &none) ||
-        push_number(&num[N_PID], &ids[0], id_valid[0]) ||
-        push_number(&num[N_TID], &ids[1], id_valid[1]) ||
-        push_number(&num[N_TS], &ts, ts_valid) || push_number(&num[N_DUR], &dur, dur_valid) ||
-        push_number(&num[N_CORRELATION], &args[0], args_valid[0]) ||
-        push_number(&num[N_DEVICE], &args[1], args_valid[1]) ||
-        push_number(&num[N_STREAM], &args[2], args_valid[2]))
+        push_string(&str[S_TIS], s, key[K_TID].type == T_STRING ? &key[K_TID] : &none))
         return NO_MEMORY;
+    push_number(&num[N_PID], &ids[0], id_valid[0]);
+    push_number(&num[N_TID], &ids[1], id_valid[1]);
+    push_number(&num[N_TS], &ts, ts_valid);
+    push_number(&num[N_DUR], &dur, dur_valid);
+    push_number(&num[N_CORRELATION], &args[0], args_valid[0]);
+    push_number(&num[N_DEVICE], &args[1], args_valid[1]);
+    push_number(&num[N_STREAM], &args[2], args_valid[2]);
     return OK;
 }
 
@@ -516,7 +666,8 @@ static int wanted(const unsigned char *s, const Value *name, const Prefixes *pre
     size_t len = name->end - name->start;
     for (int k = 0; k < prefixes->count; k++) {
         const Key *prefix = &prefixes->items[k];
-        if (prefix->len <= len && memcmp(s + name->start, prefix->text, prefix->len) == 0)
+        if (prefix->len <= len && s[name->start] == (unsigned char)prefix->text[0] &&
+            memcmp(s + name->start, prefix->text, prefix->len) == 0)
             return 1;
     }
     return 0;
@@ -541,8 +692,9 @@ static int scan_events(const unsigned char *s, size_t n, int first, int64_t firs
         if (s[p] != '{') return BAD; /* not an object: the general reader words it */
         size_t start = p;
         Event event;
-        memset(&event, 0, sizeof event);
-        int r = parse_members(s, n, &p, event.key, EVENT_KEYS, N_KEYS, &event, 1);
+        for (int k = 0; k < N_KEYS; k++) event.key[k].type = T_NONE; /* absent until read */
+        for (int k = 0; k < N_ARGS; k++) event.arg[k].type = T_NONE;
+        int r = parse_members(s, n, &p, event.key, KEYS_EVENT, &event, 1);
         if (r == MORE) return OK;
         if (r != OK) return r;
         size_t q = skip_blanks(s, p, n);

@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfdiag.api import taxonomy
 from perfdiag.api.limits import MAX_STEP
 from perfdiag.api.schema import EVENTS_SCHEMA
-from perfdiag.engine.kineto.own_events import OWN_TIME_CAT, without_own_events
-from perfdiag.engine.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, dtype_bytes
+from perfdiag.api.taxonomy import COMMUNICATION
+from perfdiag.engine.kineto.own_events import OWN_TIME_CAT, OWN_TIME_NAME, own_events
+from perfdiag.engine.kineto.parse import RAW_SCHEMA, RawTrace, TraceError, dtype_bytes, spread
 
 _PROFILER_STEP = r"^ProfilerStep#(?P<n>\d+)$"
 
@@ -81,12 +83,13 @@ def step_bounds(path: Path, steps: list[StepSpan]) -> list[tuple[int, int]]:
 
 def trace_span(raw: RawTrace) -> tuple[int, int]:
     """[first start, last end) of the trace's events (its whole time as one step)."""
-    events = raw.events.filter(pc.is_valid(raw.events["pid"]))
-    if events.num_rows == 0:
+    labelled = _valid(raw.events["pid"])  # the two columns read, not the whole table
+    if not labelled.any():
         raise TraceError(f"{raw.path}: the trace holds no complete ('X') events")
-    start = pc.min(events["ts_ns"]).as_py()
-    end = pc.max(pc.add(events["ts_ns"], events["dur_ns"])).as_py()
-    return int(start), int(max(end, start + 1))
+    ts = _ints(raw.events["ts_ns"])[labelled]
+    start = int(ts.min())
+    end = int((ts + _ints(raw.events["dur_ns"])[labelled]).max())
+    return start, max(end, start + 1)
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -115,55 +118,154 @@ def build_events(
     events = raw.events
     if extra is not None and extra.num_rows:
         events = pa.concat_tables([events, extra.cast(RAW_SCHEMA)])
-    events, own = without_own_events(events)
+    own = own_events(events)
     # Bookkeeping events carry a label as pid ("Spans", "Traces"): not activity of the worker.
-    valid = pc.and_(pc.is_valid(events["pid"]), pc.is_valid(events["tid"]))
-    events = events.append_column("seq", _collective_sequence(events, valid))
+    valid = _valid(events["pid"]) & _valid(events["tid"])
+    seq = _collective_sequence(events, valid)
+    ts = _ints(events["ts_ns"])
+    end = ts + _ints(events["dur_ns"])
     w0, w1 = bounds[0][0], bounds[-1][1]
-    ts = events["ts_ns"]
-    end = pc.add(ts, events["dur_ns"])
-    inside = pc.and_(pc.less(ts, w1), pc.or_(pc.greater(end, w0), pc.greater_equal(ts, w0)))
-    kept = pc.and_(valid, inside)
-    if own.any():
-        kept = pc.and_(kept, pa.array(~own))
-    events = events.filter(kept)  # one filter: one copy of the names
+    kept = valid & (ts < w1) & ((end > w0) | (ts >= w0))
+    # Each row of the table is a row of `events` (numpy and Arrow take the columns needed, no
+    # filter of the whole raw table): the kept ones in order, then the copies that hold
+    # perfdiag's own time (its hook's frames, renamed).
+    base = np.flatnonzero(kept & ~own.drop)
+    held = own.holders[kept[own.holders]]
+    rows = np.concatenate([base, held])
+    taken, from_base = pa.array(rows), pa.array(base)
+    own_rows = len(held)
 
     cat = taxonomy.distinct(events["cat"])
     name = taxonomy.distinct(events["name"])
-    category = _own_time_idle_class(cat, taxonomy.categorize(cat, name))
-    on_device = pa.array(taxonomy.is_device(cat))
-    null_int = pa.scalar(None, pa.int64())
-    device = pc.if_else(on_device, pc.coalesce(events["arg_device"], events["pid"]), null_int)
-    stream = pc.if_else(on_device, pc.coalesce(events["arg_stream"], events["tid"]), null_int)
-    is_comm = pc.equal(category, "communication")
-    collective = _collectives(events, name, is_comm)
+    base_cat = taxonomy.Distinct(cat.values, cat.codes[base])
+    category, is_comm = _categories(
+        base_cat, taxonomy.Distinct(name.values, name.codes[base]), own_rows
+    )
+    on_device = np.r_[taxonomy.is_device(base_cat), np.zeros(own_rows, dtype=bool)]
+    pid, tid = events["pid"].take(taken), events["tid"].take(taken)
+    # The communication events (base rows only: perfdiag's own are annotations).
+    comm = np.flatnonzero(is_comm)
+    calls = events.select(_CALL_COLUMNS).take(pa.array(rows[comm]))
+    comm_name = _used(taxonomy.Distinct(name.values, name.codes[rows[comm]]))
+    n = len(rows)
+
+    def at_calls(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        return spread(values, comm, n)
+
     built = pa.table(
         {
-            "rank": pa.array(np.full(events.num_rows, rank, dtype=np.int32)),
-            "name": events["name"],
+            "rank": pa.array(np.full(n, rank, dtype=np.int32)),
+            "name": _with_own(events["name"].take(from_base), OWN_TIME_NAME, own_rows),
             "category": category,
-            "kineto_cat": pc.fill_null(events["cat"], ""),
-            "ts_ns": events["ts_ns"],
-            "dur_ns": events["dur_ns"],
-            "pid": events["pid"],
-            "tid": events["tid"],
-            "device": pc.cast(device, pa.int32()),
-            "stream": stream,
-            "step": pa.array(step_of(events["ts_ns"], bounds)),
-            "correlation": events["correlation"],
-            "collective": collective,
-            "msg_bytes": pc.if_else(is_comm, _message_bytes(events), null_int),
-            "group_size": pc.cast(pc.if_else(is_comm, events["group_size"], null_int), pa.int32()),
-            "pg_name": pc.if_else(is_comm, events["pg_name"], pa.scalar(None, pa.string())),
-            "seq": events["seq"],
-            "dtype": pc.if_else(is_comm, events["dtype"], pa.scalar(None, pa.string())),
-            "pg_ranks": pc.if_else(is_comm, events["pg_ranks"], pa.scalar(None, pa.string())),
-            "out_msg_bytes": pc.if_else(is_comm, _message_bytes(events, "out_nelems"), null_int),
+            "kineto_cat": pc.fill_null(
+                _with_own(events["cat"].take(from_base), OWN_TIME_CAT, own_rows), ""
+            ),
+            "ts_ns": pa.array(ts[rows]),
+            "dur_ns": events["dur_ns"].take(taken),
+            "pid": pid,
+            "tid": tid,
+            "device": pc.cast(
+                _on_device(on_device, events["arg_device"].take(taken), pid), pa.int32()
+            ),
+            "stream": _on_device(on_device, events["arg_stream"].take(taken), tid),
+            "step": pa.array(step_of(ts[rows], bounds)),
+            "correlation": events["correlation"].take(taken),
+            "collective": at_calls(taxonomy.collective_names(comm_name, calls["collective"])),
+            "msg_bytes": at_calls(_message_bytes(calls)),
+            "group_size": at_calls(pc.cast(calls["group_size"], pa.int32())),
+            "pg_name": at_calls(calls["pg_name"]),
+            "seq": _with_own(seq.take(from_base), None, own_rows),
+            "dtype": at_calls(calls["dtype"]),
+            "pg_ranks": at_calls(calls["pg_ranks"]),
+            "out_msg_bytes": at_calls(_message_bytes(calls, "out_nelems")),
         },
         schema=EVENTS_SCHEMA,
     )
     taxonomy.keep_answers_for(built)  # the raw trace's columns can go
     return built
+
+
+# What the communication events need of the raw columns.
+_CALL_COLUMNS = [
+    "collective",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "pg_name",
+    "pg_ranks",
+    "input_bytes",
+]
+
+
+def _valid(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _ints(column: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.int64]:
+    """A column without nulls as int64 (no copy of a single chunk)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _categories(
+    cat: taxonomy.Distinct, name: taxonomy.Distinct, own_rows: int
+) -> tuple[pa.Array | pa.ChunkedArray, npt.NDArray[np.bool_]]:
+    """The category of each (cat, name) row, then "annotation" for the `own_rows` rows that
+    hold perfdiag's own time; and which rows are communication. The taxonomy's rules are run
+    on the distinct (cat, name) pairs and spread to the rows: its masks are per row of what it
+    is given."""
+    n_names = max(len(name.values), 1)
+    pairs = cat.codes * n_names + name.codes
+    space = len(cat.values) * n_names
+    if len(pairs) and space <= 4 * len(pairs) + (1 << 20):  # counted in place, no sort
+        present = np.bincount(pairs, minlength=space) > 0
+        distinct = np.flatnonzero(present)
+        pair_cat = taxonomy.Distinct(cat.values, distinct // n_names)
+        per_pair = _own_time_idle_class(
+            pair_cat,
+            taxonomy.categorize(pair_cat, taxonomy.Distinct(name.values, distinct % n_names)),
+        )
+        of_row = ((np.cumsum(present) - 1)[pairs]).astype(np.int32)
+        category = pc.cast(pa.DictionaryArray.from_arrays(pa.array(of_row), per_pair), pa.string())
+        comm = _is(per_pair, COMMUNICATION)[of_row]
+    else:
+        category = _own_time_idle_class(cat, taxonomy.categorize(cat, name))
+        comm = _is(category, COMMUNICATION)
+    return _with_own(category, "annotation", own_rows), np.r_[comm, np.zeros(own_rows, bool)]
+
+
+def _is(values: pa.Array, value: str) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.equal(values, value).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _used(column: taxonomy.Distinct) -> taxonomy.Distinct:
+    """The same rows over the values they use only (the taxonomy's name rules run per value:
+    a few communication events need not pay for every name of the trace)."""
+    used, codes = np.unique(column.codes, return_inverse=True)
+    return taxonomy.Distinct(column.values.take(pa.array(used)), codes.astype(np.int64))
+
+
+def _with_own(
+    values: pa.Array | pa.ChunkedArray, value: str | None, own_rows: int
+) -> pa.Array | pa.ChunkedArray:
+    """`values`, then `own_rows` times `value` (None: nulls)."""
+    if not own_rows:
+        return values
+    tail = pa.array([value] * own_rows, values.type)
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return pa.chunked_array([*chunks, tail], values.type)
+
+
+def _on_device(
+    on_device: npt.NDArray[np.bool_],
+    argument: pa.ChunkedArray | pa.Array,
+    fallback: pa.ChunkedArray | pa.Array,
+) -> pa.ChunkedArray | pa.Array:
+    """The device (or stream) argument of device events, else their pid (tid); null on host."""
+    return pc.if_else(
+        pa.array(on_device), pc.coalesce(argument, fallback), pa.scalar(None, pa.int64())
+    )
 
 
 def _own_time_idle_class(cat: taxonomy.Distinct, category: pa.Array) -> pa.Array:
@@ -175,25 +277,10 @@ def _own_time_idle_class(cat: taxonomy.Distinct, category: pa.Array) -> pa.Array
     return pc.if_else(pa.array(own), pa.scalar("annotation"), category)
 
 
-def _collectives(events: pa.Table, name: taxonomy.Distinct, is_comm: pa.Array) -> pa.Array:
-    """Collective names of the communication events (the others null)."""
-    rows = np.flatnonzero(np.asarray(is_comm.to_numpy(zero_copy_only=False)))
-    out = pa.nulls(events.num_rows, pa.string())
-    if not len(rows):
-        return out
-    taken = pa.array(rows)
-    names = taxonomy.Distinct(name.values, name.codes[rows])
-    found = taxonomy.collective_names(names, events["collective"].take(taken))
-    index = np.full(events.num_rows, -1, dtype=np.int64)
-    index[rows] = np.arange(len(rows))
-    return found.take(pa.array(index, mask=index < 0))
-
-
 def step_of(
-    ts_ns: pa.ChunkedArray | pa.Array, bounds: list[tuple[int, int]]
+    ts: npt.NDArray[np.int64], bounds: list[tuple[int, int]]
 ) -> np.ndarray[Any, np.dtype[np.int32]]:
     """Index of the window step containing each timestamp, -1 outside the steps."""
-    ts = np.asarray(ts_ns.to_numpy())
     starts = np.array([b[0] for b in bounds], dtype=np.int64)
     ends = np.array([b[1] for b in bounds], dtype=np.int64)
     idx = np.searchsorted(starts, ts, side="right") - 1
@@ -215,7 +302,7 @@ def _message_bytes(events: pa.Table, elements: str = "in_nelems") -> pa.ChunkedA
     return pc.coalesce(from_args, events["input_bytes"])
 
 
-def _collective_sequence(events: pa.Table, counted: pa.ChunkedArray | pa.Array) -> pa.Array:
+def _collective_sequence(events: pa.Table, counted: npt.NDArray[np.bool_]) -> pa.Array:
     """Sequence number of each collective call within its process group on this worker:
     the order of record_param_comms ops, NCCL kernels and gloo annotations, counted separately
     per kind and group over the whole trace (so that windows starting at the same step agree
@@ -232,22 +319,24 @@ def _collective_sequence(events: pa.Table, counted: pa.ChunkedArray | pa.Array) 
     kind_code = np.array(
         [{"record_param_comms": 1, "gloo:": 3}.get(k or "", 2 if k else 0) for k in kind_names]
     )
-    kind = np.where(
-        np.asarray(pc.fill_null(counted, False).to_numpy(zero_copy_only=False)),
-        kind_code[name_idx],
-        0,
-    )
-    calls = np.flatnonzero(kind > 0)
+    calls = np.flatnonzero(counted & (kind_code[name_idx] > 0))
     seq = np.full(n, -1, dtype=np.int64)
     if len(calls):
-        groups, group_idx = taxonomy.distinct(events["pg_name"])
-        key = kind[calls] * (len(groups) + 1) + group_idx[calls]
-        ts = events["ts_ns"].to_numpy()[calls]
+        taken = pa.array(calls)
+        # The calls' groups (numbered among the calls only: the number only groups them).
+        groups, group_idx = taxonomy.distinct(events["pg_name"].take(taken))
+        kind = kind_code[name_idx[calls]]
+        key = kind * (len(groups) + 1) + group_idx
+        ts = _ints(events["ts_ns"])[calls]
         order = np.lexsort((ts, key))
         sorted_key = key[order]
         first = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
         start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
         seq[calls[order]] = np.arange(len(order)) - start
-    # Where Kineto wrote the process group's own sequence number, it is the one to match on.
-    given = pc.if_else(pc.fill_null(counted, False), events["seq_arg"], pa.scalar(None, pa.int64()))
-    return pc.coalesce(given, pa.array(seq, mask=seq < 0))
+        # Where Kineto wrote the process group's own sequence number, it is the one to match on.
+        numbered = pa.array(seq, mask=seq < 0)
+        if events["seq_arg"].null_count == n:  # no trace but recent torch's writes it
+            return numbered
+        given = spread(events["seq_arg"].take(taken), calls, n)
+        return pc.coalesce(given, numbered)
+    return pa.nulls(n, pa.int64())

@@ -13,6 +13,7 @@ needs the general reader instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfdiag.engine.kineto.json_shape import ARGS, JSON_SCHEMA, TRACE_EVENTS_KEY, TS_TYPE
+from perfdiag.engine.kineto.json_shape import ARGS, JSON_SCHEMA, TRACE_EVENTS_KEY
 from perfdiag.engine.kineto.native import Scanner, Squeezer, prune
 from perfdiag.engine.kineto.text import PIECE, PRUNED, pieces, squeezer
 
@@ -31,12 +32,19 @@ if TYPE_CHECKING:
     from perfdiag.engine.kineto._scan import NumberColumn, StringColumn
 
 _BLANK = b" \t\n\r"
+# Bytes of a piece copied to complete the event the last piece cut off (Kineto's events are a
+# few hundred bytes; a longer one makes the reader take the whole piece).
+_BRIDGE = 1 << 16
 # A chunk of columns is closed once a string column holds this much text: Arrow's string
 # offsets are int32, and a piece adds at most its own size.
 CHUNK_TEXT = 1 << 30
-# JSON_SCHEMA without 'ph' (complete events only), plus their index in traceEvents.
-_SCHEMA = JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph")).append(
-    pa.field("index", pa.int64())
+# JSON_SCHEMA without 'ph' (complete events only), its timestamps as int64 thousandths of a µs
+# (the value of the decimal with its 3 decimals, exact: nothing to convert), plus their index
+# in traceEvents.
+_SCHEMA = (
+    JSON_SCHEMA.remove(JSON_SCHEMA.get_field_index("ph"))
+    .set(JSON_SCHEMA.get_field_index("ts") - 1, pa.field("ts", pa.int64()))
+    .append(pa.field("index", pa.int64()))
 )
 
 
@@ -45,7 +53,8 @@ class FastRead:
     """What the fast reader got from a file."""
 
     header: dict[str, Any]  # the top-level fields but traceEvents
-    table: pa.Table  # JSON_SCHEMA without 'ph', complete ('X') events only, plus 'index'
+    # JSON_SCHEMA without 'ph', ts in thousandths: complete ('X') events only, plus 'index'
+    table: pa.Table
     decoded: dict[int, Any]  # traceEvents index → the event, for the events named in `decode`
 
 
@@ -56,8 +65,15 @@ def read_stream(path: Path, decode: tuple[str, ...], *, piece: int = PIECE) -> F
     arguments), while their text is at hand; events with escaped names are decoded too.
     Raises TraceError for gzip damage and a text above the limit (perfdiag.engine.kineto.text).
     """
+    return read_pieces(pieces(path, piece), decode, piece=piece)
+
+
+def read_pieces(
+    texts: Iterator[bytes], decode: tuple[str, ...], *, piece: int = PIECE
+) -> FastRead | None:
+    """read_stream of a file's text given as its pieces (of at most `piece` bytes)."""
     reader = _Reader(decode, piece)
-    for text in pieces(path, piece):
+    for text in texts:
         if not reader.feed(text):
             return None
     return reader.finish()
@@ -67,6 +83,8 @@ class _Reader:
     def __init__(self, decode: tuple[str, ...], piece: int) -> None:
         self.scanner = Scanner(tuple(prefix.encode() for prefix in decode))
         self.piece = piece
+        # (A quarter of a small piece: the tests' pieces of a few bytes cut events anywhere.)
+        self.bridge = max(1, min(_BRIDGE, piece // 4))
         self.prefix: bytearray | None = None  # the file up to and including the array's '['
         self.pending = bytearray()  # text not parsed yet
         # Squeezes the text taken in (perfdiag.engine.kineto.text): before the array, after it, and
@@ -81,6 +99,8 @@ class _Reader:
         self.decoded: dict[int, Any] = {}
 
     def feed(self, text: bytes) -> bool:
+        if self._streaming() and len(self.pending) + len(text) >= self.piece:
+            return self._feed_array(memoryview(text))
         if not self._take(text):
             return False
         if self.prefix is None:
@@ -117,7 +137,7 @@ class _Reader:
             self.chunks.append(last)
         return FastRead(header, pa.concat_tables(self.chunks), self.decoded)
 
-    def _take(self, text: bytes | bytearray) -> bool:
+    def _take(self, text: Buffer) -> bool:
         """Append `text` to pending, squeezed when the squeezer is on; False when the squeeze
         stopped (not JSON there, or a string above the limit: the general reader words it)."""
         if self.squeezer is None:
@@ -155,42 +175,96 @@ class _Reader:
         del self.pending[:at]
         return True
 
-    def _parse(self) -> bool:
-        """Parse the whole events pending (until the array's end); False when the scanner
-        cannot read them."""
-        if self.closed:
-            return True
-        readable, consumed, events, closed, wanted = self.scanner.scan(self.pending, not self.rows)
-        if not readable or wanted is None:
-            return False
-        texts: list[bytearray] = []
-        for _, start, stop in wanted:
-            event = bytearray(self.pending[start:stop])
-            if prune(event, event=True)[0] != PRUNED:
+    def _streaming(self) -> bool:
+        """In the array, its text taken as it is (not squeezed, no long event waited for)."""
+        return (
+            self.prefix is not None and self.squeezer is None and not self.closed and not self.wait
+        )
+
+    def _feed_array(self, text: memoryview) -> bool:
+        """Parse the whole events of a piece where they lie, without copying the piece: the
+        event the last piece cut off (pending) is completed with a copy of this piece's head
+        (`bridge` bytes), the rest is scanned in place, and what this piece cuts off is kept."""
+        start = 0
+        if self.pending:
+            held = len(self.pending)
+            self.pending += text[: self.bridge]
+            consumed = self._scan(self.pending)
+            if consumed is None:
                 return False
-            texts.append(event)
+            if self.closed:
+                return self._after_array(self.pending[consumed:], text[self.bridge :])
+            if consumed < held:  # an event longer than the bridge: the whole piece is needed
+                del self.pending[:consumed]
+                self.pending += text[self.bridge :]
+                return self._parse()
+            start = consumed - held
+            self.pending = bytearray()
+        rest = text[start:]
+        consumed = self._scan(rest)
+        if consumed is None:
+            return False
+        if self.closed:
+            return self._after_array(rest[consumed:])
+        self.pending = bytearray(rest[consumed:])
+        if consumed or len(self.pending) < self.piece:
+            return True
+        return self._wait_longer()  # a piece's worth of text and no whole event in it
+
+    def _after_array(self, *texts: Buffer) -> bool:
+        """Squeeze the text after the array."""
+        self.pending = bytearray()
+        self.squeezer = squeezer()
+        return all(self._take(text) for text in texts)
+
+    def _scan(self, text: Buffer) -> int | None:
+        """Parse the whole events at the start of `text` (until the array's end): the bytes
+        read, or None when the scanner cannot read them."""
+        readable, consumed, events, closed, wanted = self.scanner.scan(text, not self.rows)
+        if not readable or wanted is None:
+            return None
+        texts: list[bytearray] = []
+        with memoryview(text) as view:  # released at once: pending may be resized next
+            for _, start, stop in wanted:
+                event = bytearray(view[start:stop])
+                if prune(event, event=True)[0] != PRUNED:
+                    return None
+                texts.append(event)
         if texts:
             # The scanner read the events: json.loads reads them too (unless one nests too
             # deeply), as one array — one call, not one per event.
             try:
                 events_json = json.loads(b"[" + b",".join(texts) + b"]")
             except RecursionError:
-                return False
+                return None
             self.decoded.update(zip((index for index, _, _ in wanted), events_json, strict=True))
         self.rows += events
         self.closed = closed
-        del self.pending[:consumed]
         if self.scanner.held() >= CHUNK_TEXT:
             self.chunks.append(_complete_events(*self.scanner.columns()))
-        if closed:
+        return int(consumed)
+
+    def _parse(self) -> bool:
+        """Parse the whole events pending (until the array's end); False when the scanner
+        cannot read them."""
+        if self.closed:
+            return True
+        consumed = self._scan(self.pending)
+        if consumed is None:
+            return False
+        del self.pending[:consumed]
+        if self.closed:
             return self._squeeze_pending()  # the text after the array
         if consumed:
             self.squeezer = None
             self.wait = 0
             return True
-        # No whole event in this much text: wait for twice the text, so that an event longer
-        # than a piece costs about twice its length to scan, not its length once per piece;
-        # squeezed, so that blanks do not pile up and a string above the limit ends the read.
+        return self._wait_longer()
+
+    def _wait_longer(self) -> bool:
+        """No whole event in this much text: wait for twice the text, so that an event longer
+        than a piece costs about twice its length to scan, not its length once per piece;
+        squeezed, so that blanks do not pile up and a string above the limit ends the read."""
         if self.squeezer is None and not self._squeeze_pending():
             return False
         self.wait = 2 * len(self.pending)
@@ -213,7 +287,7 @@ def _complete_events(
             "pis": pis,
             "tid": _numbers(length, tid, pa.int64()),
             "tis": tis,
-            "ts": _thousandths(length, ts),
+            "ts": _numbers(length, ts, pa.int64()),
             "dur": _numbers(length, dur, pa.float64()),
             "args": pa.StructArray.from_arrays(
                 [_numbers(length, column, pa.int64()) for column in (correlation, device, stream)],
@@ -255,14 +329,3 @@ def _numbers(length: int, column: NumberColumn, to: pa.DataType) -> pa.Array:
     values, valid = column
     bitmap, nulls = _validity(length, valid)
     return pa.Array.from_buffers(to, length, [bitmap, pa.py_buffer(values)], nulls)
-
-
-def _thousandths(length: int, column: NumberColumn) -> pa.Array:
-    """Timestamps in thousandths of a µs (int64) → decimal128 with 3 decimals, exact."""
-    values, valid = column
-    bitmap, nulls = _validity(length, valid)
-    low = np.frombuffer(memoryview(values), np.int64)
-    wide = np.empty((length, 2), np.int64)  # decimal128: 16-byte little-endian two's complement
-    wide[:, 0] = low
-    wide[:, 1] = low >> 63
-    return pa.Array.from_buffers(TS_TYPE, length, [bitmap, pa.py_buffer(wide)], nulls)

@@ -25,7 +25,7 @@ heartbeats (`perfdiag/collector/hook/__init__.py(346): _run` holding `threading.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -44,16 +44,23 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
 
-def without_own_events(events: pa.Table) -> tuple[pa.Table, BoolArray]:
-    """(events with one `OWN_TIME_NAME` row appended per outermost hook frame of a training
-    thread, the rows of that table to drop: the hook's frames, what lies inside them on their
-    thread, and the hook's own threads). `events` is a RAW_SCHEMA table; nothing is copied
-    when the trace holds no hook frame."""
+@dataclass(frozen=True)
+class OwnEvents:
+    """perfdiag's own activity in a RAW_SCHEMA table."""
+
+    drop: BoolArray  # rows to leave out: the hook's frames, what lies within them, its threads
+    holders: IntArray  # rows (ascending) whose copies, renamed OWN_TIME_NAME, hold its time
+
+
+def own_events(events: pa.Table) -> OwnEvents:
+    """What the events table leaves out of `events` (a RAW_SCHEMA table) and which rows'
+    copies stand for it: one per outermost hook frame of a training thread, one per hook frame
+    directly under the hook thread's function."""
     hook = _hook_frames(events)
     n = events.num_rows
     drop = np.zeros(n, dtype=bool)
     if not hook.any():
-        return events, drop
+        return OwnEvents(drop, np.zeros(0, dtype=np.int64))
     pid = _ints(events["pid"])
     tid = _ints(events["tid"])
     host = ~taxonomy.is_device(events["cat"]) & (pid >= 0) & (tid >= 0)
@@ -70,11 +77,7 @@ def without_own_events(events: pa.Table) -> tuple[pa.Table, BoolArray]:
             drop[rows] = True
             holders.append(rows[lane.second_level])
     keep_time = np.concatenate(holders) if holders else np.zeros(0, dtype=np.int64)
-    if not len(keep_time):
-        return events, drop
-    return pa.concat_tables([events, _own_time(events, keep_time)]), np.r_[
-        drop, np.zeros(len(keep_time), dtype=bool)
-    ]
+    return OwnEvents(drop, np.sort(keep_time))
 
 
 class _LaneParts:
@@ -136,16 +139,6 @@ def _lanes_with(pid: IntArray, tid: IntArray) -> list[tuple[int, int]]:
     """The distinct (pid, tid) of the hook's frames: a few threads, whatever the trace size."""
     pairs = np.unique(np.stack([pid, tid], axis=1), axis=0)
     return [(int(p), int(t)) for p, t in pairs if p >= 0 and t >= 0]
-
-
-def _own_time(events: pa.Table, rows: IntArray) -> pa.Table:
-    """The rows' copies, renamed: they hold the hook's time on the thread, and nothing else."""
-    taken = events.take(pa.array(np.sort(rows)))
-    count = taken.num_rows
-    columns: dict[str, Any] = {name: taken[name] for name in taken.column_names}
-    columns["cat"] = pa.array([OWN_TIME_CAT] * count, pa.string())
-    columns["name"] = pa.array([OWN_TIME_NAME] * count, pa.string())
-    return pa.table(columns, schema=events.schema)
 
 
 def _ints(column: pa.ChunkedArray | pa.Array) -> IntArray:

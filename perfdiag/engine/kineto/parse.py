@@ -15,18 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfdiag.api import taxonomy
 from perfdiag.engine.allocator import system_allocator
 from perfdiag.engine.kineto import native
-from perfdiag.engine.kineto.fast_reader import read_stream
+from perfdiag.engine.kineto.fast_reader import FastRead, read_stream
 from perfdiag.engine.kineto.general_reader import integer_arg, read_general, text_arg
 from perfdiag.engine.kineto.json_shape import TraceError
 from perfdiag.engine.kineto.text import PIECE, read_text
 
-__all__ = ["RAW_SCHEMA", "RawTrace", "TraceError", "dtype_bytes", "load_trace"]
+__all__ = [
+    "COMM_CALL_PREFIXES",
+    "RAW_SCHEMA",
+    "RawTrace",
+    "TraceError",
+    "dtype_bytes",
+    "load_trace",
+    "raw_trace",
+    "spread",
+]
 
 # Arguments of collectives: (args key, column, type).
 _COMM_ARGS: list[tuple[str, str, pa.DataType]] = [
@@ -43,7 +53,7 @@ _COMM_ARGS: list[tuple[str, str, pa.DataType]] = [
 _PG_ID = "Process Group ID"
 COMM_CALL = r"^(record_param_comms$|ncclDevKernel|ncclKernel|gloo:|nccl:)"
 # What the fast reader decodes while it reads: names starting so (a superset of COMM_CALL).
-_COMM_CALL_PREFIXES = ("record_param_comms", "ncclDevKernel", "ncclKernel", "gloo:", "nccl:")
+COMM_CALL_PREFIXES = ("record_param_comms", "ncclDevKernel", "ncclKernel", "gloo:", "nccl:")
 
 RAW_SCHEMA = pa.schema(
     [
@@ -92,7 +102,11 @@ def _load(path: Path, fast: bool, piece: int) -> RawTrace:
     if fast and not native.BUILT:
         native.say_not_built()
         fast = False
-    result = read_stream(path, _COMM_CALL_PREFIXES, piece=piece) if fast else None
+    return raw_trace(path, read_stream(path, COMM_CALL_PREFIXES, piece=piece) if fast else None)
+
+
+def raw_trace(path: Path, result: FastRead | None) -> RawTrace:
+    """The RawTrace of what the fast reader read of `path`; None: the general reader reads it."""
     decode: Callable[[int], Any]
     if result is not None:
         header, table, decode = result.header, result.table, result.decoded.get
@@ -123,7 +137,7 @@ def _finish(path: Path, header: dict[str, Any], table: pa.Table) -> pa.Table:
         table = table.filter(pc.equal(table["ph"], "X"))
     _check_required(path, table)
     try:
-        ts_ns = pc.cast(pc.multiply(table["ts"], pa.scalar(1000, pa.decimal128(4, 0))), pa.int64())
+        ts_ns = _thousandths(table["ts"])
         base = _base_ns(header)
         if not -(2**63) <= base < 2**63:
             raise TraceError(f"{path}: baseTimeNanoseconds is out of range ({base})")
@@ -138,8 +152,8 @@ def _finish(path: Path, header: dict[str, Any], table: pa.Table) -> pa.Table:
         "index": table["index"],
         "cat": table["cat"],
         "name": table["name"],
-        "pid": pc.coalesce(table["pid"], _label_number(table["pis"])),
-        "tid": pc.coalesce(table["tid"], _label_number(table["tis"])),
+        "pid": _with_labels(table["pid"], table["pis"]),
+        "tid": _with_labels(table["tid"], table["tis"]),
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
     }
@@ -155,6 +169,39 @@ def _finish(path: Path, header: dict[str, Any], table: pa.Table) -> pa.Table:
         columns[column] = pa.nulls(n, typ)
     columns["input_bytes"] = pa.nulls(n, pa.int64())
     return pa.table(columns, schema=RAW_SCHEMA)
+
+
+def _thousandths(ts: pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Timestamps in µs → int64 thousandths of a µs (ns). The fast reader's are that already;
+    the general reader's decimal(24,3) holds them as its unscaled integer (both readers refuse
+    numbers from 9e15 µs, so it fits int64)."""
+    if pa.types.is_integer(ts.type):
+        return ts
+    array = ts.combine_chunks()
+    if not len(array):
+        return pa.array([], pa.int64())
+    start = 2 * array.offset
+    words = np.frombuffer(array.buffers()[1], np.int64)[start : start + 2 * len(array)]
+    low, high = words[0::2], words[1::2]
+    if array.null_count or not (high == low >> 63).all():  # pragma: no cover - refused before
+        return pc.cast(pc.multiply(ts, pa.scalar(1000, pa.decimal128(4, 0))), pa.int64())
+    return pa.array(np.ascontiguousarray(low))
+
+
+def _with_labels(numbers: pa.ChunkedArray, labels: pa.ChunkedArray) -> pa.ChunkedArray:
+    """pid/tid: the number, else the number of a label (the few events where Kineto wrote a
+    label: a regex on those rows only)."""
+    labelled = _valid(labels) & ~_valid(numbers)
+    if not labelled.any():
+        return numbers
+    found = _label_number(labels.take(pa.array(np.flatnonzero(labelled))))
+    return pc.replace_with_mask(
+        numbers.combine_chunks(), pa.array(labelled), found.combine_chunks()
+    )
+
+
+def _valid(column: pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _label_number(labels: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -213,9 +260,6 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
         return events
     decoded = [decode(i) for i in events["index"].to_numpy()[rows].tolist()]
     args = [_args_of(event) for event in decoded]
-    position_of_row = np.full(events.num_rows, len(rows), dtype=np.int64)
-    position_of_row[rows] = np.arange(len(rows))
-    spread = pa.array(position_of_row)  # row → its call's position; others → the null past the end
     found: dict[str, pa.Array] = {}
     for key, column, typ in _COMM_ARGS:
         if column == "pg_name":  # older torch names the group by its number only
@@ -227,9 +271,21 @@ def _add_comm_args(events: pa.Table, decode: Callable[[int], Any]) -> pa.Table:
     found["input_bytes"] = pa.array(bytes_in, pa.int64())
     for column, values in found.items():
         position = events.schema.get_field_index(column)
-        with_null = pa.concat_arrays([values, pa.nulls(1, values.type)])
-        events = events.set_column(position, column, with_null.take(spread))
+        events = events.set_column(position, column, spread(values, rows, events.num_rows))
     return events
+
+
+def spread(
+    values: pa.Array | pa.ChunkedArray, at: npt.NDArray[np.int64], n: int
+) -> pa.Array | pa.ChunkedArray:
+    """A column of `n` rows holding `values` at rows `at` (ascending), nulls elsewhere."""
+    if values.null_count == len(values):
+        return pa.nulls(n, values.type)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    position = np.full(n, len(at), dtype=np.int64)  # the others: the null past the end
+    position[at] = np.arange(len(at))
+    return pa.concat_arrays([values, pa.nulls(1, values.type)]).take(pa.array(position))
 
 
 def _args_of(event: Any) -> dict[str, Any]:

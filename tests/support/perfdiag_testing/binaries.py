@@ -9,6 +9,13 @@ from pathlib import Path
 
 BIN_DIR_VARIABLE = "PERFDIAG_BIN_DIR"
 ALL_BINARIES = ("etcd", "kube-apiserver", "kubectl", "minio", "helm", "kubeconform")
+HELM_ENV = {
+    "HELM_CONFIG_HOME": "/nonexistent",
+    "HELM_CACHE_HOME": "/nonexistent",
+    "HELM_DATA_HOME": "/nonexistent",
+    "PATH": "/usr/bin:/bin",
+}
+"""helm's environment in the suite: no user configuration, cache, repositories or plugins."""
 
 HOW_TO_BUILD = (
     "Build them once per machine with `scripts/test-binaries.sh` (its last line is the directory; "

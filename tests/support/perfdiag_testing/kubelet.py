@@ -8,7 +8,10 @@ What it does, as the real ones would:
 - volumes: emptyDir (a folder per pod) and downwardAPI (metadata.annotations / labels written
   in the kubelet's format, `key="value"` with Go %q quoting; one of them,
   metadata.annotations['key'], as its raw value, an empty file when absent; refreshed when the
-  pod's metadata changes); other volume types are refused (the pod fails);
+  pod's metadata changes, at the next sync as a kubelet's event-driven remount does, or, with
+  `downward_api_resync_s`, only at the pod's periodic resync, as a kubelet that missed the
+  update does: every 60–90 s with the default syncFrequency); other volume types are refused
+  (the pod fails);
 - containers: init containers in order, native sidecars (init containers with restartPolicy
   Always) kept running and restarted when they exit, then the main containers; when they end
   the sidecars get SIGTERM; the pod's phase (Running, Succeeded, Failed) and podIP are written
@@ -192,6 +195,7 @@ class LocalPod:
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.name}", daemon=True)
         self.on_phase: Callable[[LocalPod], None] = lambda pod: None
         self.started_monotonic = time.monotonic()
+        self.refreshed_monotonic = self.started_monotonic  # the downward-API files' last resync
         self.deadline_exceeded = False
         # The pod's thread writes the downward-API files once, the kubelet loop refreshes them:
         # one writer at a time (they share the temporary file).
@@ -450,9 +454,13 @@ class LocalKubelet:
         poll_s: float = 0.3,
         first_address: int = 2,
         node_of: Callable[[str], str] | None = None,
+        downward_api_resync_s: float | None = None,
     ) -> None:
         """`node_of`: the node a pod (by name) runs on, its spec.nodeName where the manifest
-        has none (no scheduler here); one node, "local-node", by default."""
+        has none (no scheduler here); one node, "local-node", by default.
+        `downward_api_resync_s`: refresh a pod's downward-API files only every that many
+        seconds from its start (a real kubelet's periodic resync, when its event-driven
+        remount misses an update); None: at every sync (`poll_s`)."""
         import kubernetes
 
         self.core: Any = kubernetes.client.CoreV1Api(api_client)
@@ -462,6 +470,7 @@ class LocalKubelet:
         self.images = dict(images)
         self.base_env = dict(base_env)
         self.poll_s = poll_s
+        self.downward_api_resync_s = downward_api_resync_s
         self.pods: dict[str, LocalPod] = {}
         self.jobs: dict[str, LocalPod] = {}
         self.job_attempts: dict[str, int] = {}
@@ -537,10 +546,19 @@ class LocalKubelet:
             pod.start()
         for name, pod in self.pods.items():
             if name in live:
-                if pod.phase in ("Pending", "Running"):
+                if pod.phase in ("Pending", "Running") and self._resync_due(pod):
                     pod.refresh(live[name])
             elif not pod.stopping.is_set():
                 threading.Thread(target=pod.stop, daemon=True).start()
+
+    def _resync_due(self, pod: LocalPod) -> bool:
+        """Whether the pod's downward-API files follow its metadata at this sync."""
+        if self.downward_api_resync_s is None:
+            return True
+        due = time.monotonic() - pod.refreshed_monotonic >= self.downward_api_resync_s
+        if due:
+            pod.refreshed_monotonic = time.monotonic()
+        return due
 
     def _report_pod(self, pod: LocalPod) -> None:
         status: dict[str, Any] = {"phase": pod.phase, "podIP": pod.ip, "podIPs": [{"ip": pod.ip}]}

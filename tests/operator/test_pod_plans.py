@@ -1,0 +1,75 @@
+"""The pods' plan objects in storage, as the reconciler writes and removes them around the plan
+annotations (no cluster: a Kube that records its calls, a local folder as storage)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from perfdiag.api.plan import Plan, pod_plan_key
+from perfdiag.operator.coordination import plan_annotations
+from perfdiag.operator.kube import Kube
+from perfdiag.operator.reconcile import PodPlansRemain, Reconciler
+from perfdiag.operator.settings import OperatorConfig
+from perfdiag.storage.local import LocalStorage
+
+UID = "0f2d6c1e-1111-2222-3333-444455556666"
+PLAN = Plan(id=f"d-{UID}", steps=5, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
+
+
+class RecordingKube:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patches.append((name, patch))
+
+
+def _pods(annotated: bool = False) -> list[dict[str, Any]]:
+    notes = plan_annotations(PLAN, "d")["metadata"]["annotations"] if annotated else {}
+    return [
+        {"metadata": {"name": f"p{i}", "uid": f"uid-{i}", "annotations": dict(notes)}}
+        for i in range(3)
+    ]
+
+
+def _reconciler(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Reconciler, RecordingKube]:
+    monkeypatch.setenv("PERFDIAG_STORAGE", str(root))
+    kube = RecordingKube()
+    return Reconciler(cast(Kube, kube), OperatorConfig()), kube
+
+
+def test_the_plan_goes_to_storage_first_then_on_the_pods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reconciler, kube = _reconciler(tmp_path / "store", monkeypatch)
+    assert reconciler._send_plan("ns", "d", PLAN, _pods()) is None
+    stored = LocalStorage(tmp_path / "store" / "ns")
+    assert [stored.get_text(pod_plan_key(f"uid-{i}")) for i in range(3)] == [PLAN.to_json()] * 3
+    assert [name for name, _ in kube.patches] == ["p0", "p1", "p2"]
+    # The ending: the objects go, then the annotations.
+    assert reconciler._disarm("ns", "d", UID, None, _pods(annotated=True)) == 3
+    assert not stored.exists(pod_plan_key("uid-0"))
+    assert stored.list("pod-plans/") == []
+
+
+def test_no_annotation_while_storage_cannot_take_the_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent reads the object and its fresh copy hides the kubelet's file: an annotation
+    newer than the object would never reach that pod's hooks."""
+    blocked = tmp_path / "store"
+    blocked.mkdir()
+    (blocked / "ns").write_text("a file where the namespace's folder should be")
+    reconciler, kube = _reconciler(blocked, monkeypatch)
+    error = reconciler._send_plan("ns", "d", PLAN, _pods())
+    assert error is not None and kube.patches == []
+    # An ending waits for storage (the pass is retried); a deletion goes on without it.
+    with pytest.raises(PodPlansRemain):
+        reconciler._disarm("ns", "d", UID, None, _pods(annotated=True))
+    assert kube.patches == []
+    assert reconciler._disarm("ns", "d", UID, None, _pods(annotated=True), best_effort=True) == 3
+    assert len(kube.patches) == 3

@@ -1,0 +1,160 @@
+"""Reading many small objects from S3 (perfdiag/storage/s3_bulk.py): requests signed as the minio
+client signs them, one GET per object and one listing request per 1,000 keys, and every answer
+that is not a plain 200 asked again through the minio client (its retries and errors)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from minio.credentials import Credentials
+from minio.signer import sign_v4_s3
+
+from perfdiag.analyzer import analyze
+from perfdiag.storage import StorageNotFound, layout
+from perfdiag.storage.s3 import S3Storage
+from perfdiag.storage.s3_bulk import (
+    EMPTY_SHA256,
+    BulkGetter,
+    Endpoint,
+    Keys,
+    NotPlain,
+    _parse_head,
+    _Signer,
+)
+from perfdiag_testing.minio_server import MinioServer
+from tests.analyzer.conftest import Fault, SyntheticJob, write_capture
+
+NOW = datetime.datetime(2026, 11, 27, 12, 34, 56, tzinfo=datetime.timezone.utc)
+
+
+@pytest.mark.parametrize("token", [None, "a-session-token"])
+def test_requests_are_signed_as_the_minio_client_signs_them(token: str | None) -> None:
+    endpoint = Endpoint("http", "127.0.0.1:9000", "/bucket/", "/bucket", "us-east-1")
+    signer = _Signer(endpoint, Keys("AKID", "secret/key", token))
+    path = "/bucket/prefix/workers/12/summary.parquet"
+    ours = dict(
+        line.split(": ", 1) for line in signer.headers(path, "", NOW.timestamp()).split("\r\n")
+    )
+    headers: dict[str, Any] = {
+        "Host": endpoint.host,
+        "x-amz-content-sha256": EMPTY_SHA256,
+        "x-amz-date": NOW.strftime("%Y%m%dT%H%M%SZ"),
+    }
+    if token:
+        headers["X-Amz-Security-Token"] = token
+    theirs = sign_v4_s3(
+        method="GET",
+        url=urlsplit(f"http://127.0.0.1:9000{path}"),
+        region="us-east-1",
+        headers=headers,
+        credentials=Credentials("AKID", "secret/key", token),
+        content_sha256=EMPTY_SHA256,
+        date=NOW,
+    )
+    assert ours["Authorization"] == theirs["Authorization"]
+
+
+def test_only_a_plain_answer_is_taken() -> None:
+    assert _parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nETag: x") == (200, 12, False)
+    assert _parse_head(b"HTTP/1.1 404 Not Found\r\ncontent-length: 3") == (404, 3, False)
+    assert _parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close")[2]
+    for head in (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked",
+        b"HTTP/1.1 200 OK",
+        b"SSH-2.0-OpenSSH",
+    ):
+        with pytest.raises(NotPlain):
+            _parse_head(head)
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of lean GETs of objects, lean listing pages, and minio-client reads and lists."""
+    counts = {"get": 0, "page": 0, "client_get": 0}
+
+    def wrap(owner: Any, name: str, counter: str) -> None:
+        real: Callable[..., Any] = getattr(owner, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            # get_all sends one request per name, pipelined on one connection.
+            counts[counter] += len(args[1]) if name == "get_all" else 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    wrap(BulkGetter, "get", "get")
+    wrap(BulkGetter, "get_all", "get")
+    wrap(BulkGetter, "get_bucket", "page")
+    wrap(S3Storage, "get_bytes", "client_get")
+    return counts
+
+
+@pytest.mark.cluster
+def test_many_objects_read_in_one_request_each(
+    minio_server: MinioServer, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = S3Storage.from_uri(s3_prefix, minio_server.env())
+    keys = [f"many/{i}/object.bin" for i in range(1500)]
+    for i, key in enumerate(keys[:40]):
+        storage.put_bytes(key, bytes([i % 256]) * (i * 997 % 5000))
+    counts = _counting(monkeypatch)
+    # The absent key's answer (a 404) comes among the others' on its connection.
+    got = storage.get_many([*keys[:20], "many/absent", *keys[20:40]])
+    assert isinstance(got.pop(20), StorageNotFound)
+    assert got == [bytes([i % 256]) * (i * 997 % 5000) for i in range(40)]
+    # The absent key went through the client too, which names it; the others did not.
+    assert counts == {"get": 41, "page": 0, "client_get": 1}
+
+
+@pytest.mark.cluster
+def test_a_listing_takes_a_request_per_thousand_keys(
+    minio_server: MinioServer, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = S3Storage.from_uri(s3_prefix, minio_server.env())
+    names = [f"folder/{i}/{name}" for i in range(520) for name in ("a.json", "b ü+.json")]
+    for name in names[:2]:
+        storage.put_bytes(name, b"x")
+    # Listing thousands of keys needs thousands of objects: the rest written in bulk.
+    client = storage.client
+    for name in names[2:]:
+        client.put_object(storage.bucket, f"{storage.prefix}/{name}", _Empty(), 0)
+    storage.put_bytes("folderx/not-under-folder", b"x")
+    counts = _counting(monkeypatch)
+    assert storage.list("folder") == sorted(names)
+    assert counts["page"] == math.ceil(len(names) / 1000)
+    assert counts["client_get"] == 0
+
+
+class _Empty:
+    def read(self, _size: int = -1) -> bytes:
+        return b""
+
+
+@pytest.mark.cluster
+def test_a_capture_is_read_with_bounded_requests(
+    minio_server: MinioServer, s3_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = 600
+    table, metas = SyntheticJob(
+        n_ranks=n, seed=2, faults=[Fault([400], "train.py(57): tokenize", "python", 40.0)]
+    ).build()
+    storage = S3Storage.from_uri(s3_prefix, minio_server.env())
+    write_capture(storage, table, metas)
+    counts = _counting(monkeypatch)
+    for name, value in minio_server.env().items():
+        monkeypatch.setenv(name, value)
+    verdict = analyze(s3_prefix)
+    assert verdict.findings[0].ranks == [400]
+    assert len(verdict.workers) == n
+    # One GET per worker file, one listing page per 1,000 keys; nothing asked twice.
+    assert counts["get"] == 2 * n
+    assert counts["page"] == math.ceil(2 * n / 1000)
+    # The client reads plan.json and trigger.json (absent); no raw events were listed, so
+    # none are asked for.
+    assert counts["client_get"] == 2
+    assert storage.exists(layout.VERDICT)
