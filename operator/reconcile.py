@@ -75,6 +75,8 @@ log = logging.getLogger("perfdiag.operator")
 Outcome = Literal["gone", "unchanged", "updated", "deleted"]
 MAX_CONFLICTS = 5
 POD_PLAN_WRITERS = 8  # concurrent writes of the pods' plan objects
+POD_PATCHERS = 8  # concurrent patches of the pods' plan annotations
+STATUS_READERS = 8  # concurrent reads of the workers' status.json
 
 
 class PodPlansRemain(RuntimeError):
@@ -351,9 +353,20 @@ class Reconciler:
         if error is not None:
             log.warning("%s/%s: cannot write the pods' plan: %s", namespace, name, error)
             return error
-        for pod in pods:
-            self.kube.patch_pod(namespace, pod["metadata"]["name"], plan_annotations(plan, name))
+        patch = plan_annotations(plan, name)
+        self._patch_pods(namespace, [str(pod["metadata"]["name"]) for pod in pods], patch)
         return None
+
+    def _patch_pods(self, namespace: str, names: list[str], patch: dict[str, Any]) -> None:
+        """The same merge patch on every pod, a few at a time: one request each, and the pass
+        (which holds this diagnosis' lock and writes its status after) waits for the last, so
+        at 10,000 pods one-by-one would take minutes. The first error is raised."""
+        if len(names) <= 1:
+            for pod in names:
+                self.kube.patch_pod(namespace, pod, patch)
+            return
+        with ThreadPoolExecutor(max_workers=POD_PATCHERS) as pool:
+            list(pool.map(lambda pod: self.kube.patch_pod(namespace, pod, patch), names))
 
     def _write_pod_plans(
         self, namespace: str, pods: list[dict[str, Any]], text: str | None
@@ -398,14 +411,14 @@ class Reconciler:
         with `best_effort` (the object is being deleted) it logs and goes on, and what stays is
         bounded by the plan's deadline and replaced by the pod's next plan."""
         names = pods_to_disarm(pods, name, our_plan_ids(name, uid, status))
-        armed = [pod for pod in pods if str(pod["metadata"]["name"]) in names]
+        wanted = set(names)  # a set: 10,000 pods against a list would be 10^8 comparisons
+        armed = [pod for pod in pods if str(pod["metadata"]["name"]) in wanted]
         error = self._write_pod_plans(namespace, armed, None)
         if error is not None:
             if not best_effort:
                 raise PodPlansRemain(f"the pods' plans could not be removed from storage: {error}")
             log.warning("%s/%s: the pods' plan objects stay in storage: %s", namespace, name, error)
-        for pod in names:
-            self.kube.patch_pod(namespace, pod, disarm_patch())
+        self._patch_pods(namespace, list(names), disarm_patch())
         return len(names)
 
     def _post(self, obj: dict[str, Any], event: Event) -> None:
@@ -453,19 +466,27 @@ def spec_has_trigger(obj: dict[str, Any]) -> bool:
 
 def _worker_statuses(storage: Storage, plan_id: str | None) -> dict[int, WorkerStatus]:
     """Every worker's status.json of this plan (older plans' files are ignored)."""
-    found: dict[int, WorkerStatus] = {}
+    keys: dict[str, int] = {}
     for key in storage.list(f"{layout.WORKERS}/"):
         rank = layout.rank_of_worker_key(key)
-        if rank is None or not key.endswith(f"/{layout.STATUS}"):
-            continue
+        if rank is not None and key.endswith(f"/{layout.STATUS}"):
+            keys[key] = rank
+
+    def read(key: str) -> WorkerStatus | None:
         try:
-            worker = WorkerStatus.model_validate_json(storage.get_text(key))
+            return WorkerStatus.model_validate_json(storage.get_text(key))
         except StorageNotFound:
-            continue
+            return None
         except ValueError:
             log.warning("%s/%s is not a worker status; ignored", storage.uri, key)
-            continue
-        if worker.plan_id in (None, plan_id):
+            return None
+
+    # One GET per rank at every pass: a few at a time, or 10,000 ranks take most of a minute.
+    with ThreadPoolExecutor(max_workers=STATUS_READERS) as pool:
+        workers = list(pool.map(read, keys))
+    found: dict[int, WorkerStatus] = {}
+    for rank, worker in zip(keys.values(), workers, strict=True):
+        if worker is not None and worker.plan_id in (None, plan_id):
             found[rank] = worker
     return found
 
