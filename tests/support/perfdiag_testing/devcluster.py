@@ -96,26 +96,36 @@ def _install(kube: KubeCluster, minio: MinioServer, workdir: Path) -> None:
         kube.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(secret))
 
 
-def _start_operator(
-    kube: KubeCluster, minio: MinioServer, workdir: Path
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """`perfdiag operator` as the chart's container runs it, with a webhook on loopback that
-    kopf registers (the apiserver verifies it with the cluster's CA)."""
+def operator_env(
+    kube: KubeCluster, minio: MinioServer, workdir: Path, *, image: str, recheck_s: float
+) -> dict[str, str]:
+    """The variables of a local `perfdiag operator` configured as the chart's container is:
+    the cluster, MinIO as its storage, a webhook on loopback that kopf registers (the apiserver
+    verifies it with the cluster's CA; its certificate is made in `workdir`)."""
     cert, key = make_serving_cert(
         kube.certs.ca_cert, kube.certs.ca_key, workdir / "webhook-tls", "perfdiag-webhook"
     )
-    env = {
-        **os.environ,
+    return {
         **kube.env(),
         **minio.env(),
         "PERFDIAG_STORAGE": f"s3://{minio.bucket}/perfdiag",
-        "PERFDIAG_IMAGE": PERFDIAG_IMAGE,
-        "PERFDIAG_RECHECK_SECONDS": "2",
+        "PERFDIAG_IMAGE": image,
+        "PERFDIAG_RECHECK_SECONDS": f"{recheck_s:g}",
         "PERFDIAG_WEBHOOK_PORT": str(free_port()),
         "PERFDIAG_WEBHOOK_ADDR": "127.0.0.1",
         "PERFDIAG_WEBHOOK_CERT": str(cert),
         "PERFDIAG_WEBHOOK_KEY": str(key),
         "PERFDIAG_WEBHOOK_CA": str(kube.certs.ca_cert),
+    }
+
+
+def _start_operator(
+    kube: KubeCluster, minio: MinioServer, workdir: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """`perfdiag operator` as the chart's container runs it (operator_env)."""
+    env = {
+        **os.environ,
+        **operator_env(kube, minio, workdir, image=PERFDIAG_IMAGE, recheck_s=2),
     }
     log_path = workdir / "operator.log"
     with log_path.open("wb") as out:

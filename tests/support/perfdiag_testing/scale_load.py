@@ -51,10 +51,10 @@ from perfdiag.api.plan import Plan
 from perfdiag.api.verdict import StepTimes, Verdict, WindowInfo
 from perfdiag.api.worker import WorkerPhase, WorkerStatus
 from perfdiag.operator.analyzer_job import job_name
-from perfdiag_testing.certs import make_serving_cert
+from perfdiag_testing.devcluster import operator_env
 from perfdiag_testing.kube import KubeCluster
 from perfdiag_testing.minio_server import MinioServer
-from perfdiag_testing.processes import _death_signal_prefix, free_port
+from perfdiag_testing.processes import _death_signal_prefix
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PERFDIAG_CRD = REPO_ROOT / "crds" / "perfdiagnosis.yaml"
@@ -244,22 +244,10 @@ def start_operator(
     """`perfdiag operator -n <namespace>` as the chart's container runs it, its webhook on
     loopback (registered by kopf, verified by the apiserver with the cluster's CA)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cert, key = make_serving_cert(
-        kube.certs.ca_cert, kube.certs.ca_key, workdir / "webhook-tls", "perfdiag-webhook"
-    )
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PERFDIAG_")},
-        **kube.env(),
-        **minio.env(),
-        "PERFDIAG_STORAGE": f"s3://{minio.bucket}/perfdiag",
-        "PERFDIAG_IMAGE": "perfdiag:scale",
-        "PERFDIAG_RECHECK_SECONDS": str(recheck_s),
+        **operator_env(kube, minio, workdir, image="perfdiag:scale", recheck_s=recheck_s),
         "PERFDIAG_CAPTURE_LEAD_SECONDS": str(LEAD_SECONDS),
-        "PERFDIAG_WEBHOOK_PORT": str(free_port()),
-        "PERFDIAG_WEBHOOK_ADDR": "127.0.0.1",
-        "PERFDIAG_WEBHOOK_CERT": str(cert),
-        "PERFDIAG_WEBHOOK_KEY": str(key),
-        "PERFDIAG_WEBHOOK_CA": str(kube.certs.ca_cert),
     }
     log_path = workdir / "operator.log"
     with log_path.open("wb") as out:
