@@ -16,8 +16,9 @@ lint: setup
 typecheck: setup
 	scripts/typecheck.sh
 
-test: setup lint typecheck
-	scripts/run-tests.sh
+# Set-up, lint, types and tests; on a fresh machine the test binaries build beside them.
+test:
+	@scripts/test-all.sh
 
 # The suite's control plane, MinIO and kubelet with the chart and the operator, in the foreground
 # until Ctrl-C (docs/install.md, "Try it without a cluster").

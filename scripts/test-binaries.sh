@@ -64,6 +64,8 @@ usage() {
 Options:
   -h, --help      this text
   --versions      print the pinned versions and the version tag, then exit
+  --check         print the directory if every binary is there and exit 0; exit 1 (building
+                  nothing) if one is missing
 EOF
 }
 
@@ -89,6 +91,7 @@ case "${1:-}" in
     printf '%s %s\n' kubernetes "$K8S_VERSION" etcd "$ETCD_VERSION" minio "$MINIO_VERSION" \
       helm "$HELM_VERSION" kubeconform "$KUBECONFORM_VERSION" tag "$TAG"
     exit 0 ;;
+  --check) CHECK_ONLY=1 ;;
   '') ;;
   *) usage >&2; exit 2 ;;
 esac
@@ -246,6 +249,11 @@ if ((${#MISSING[@]} == 0)); then
 fi
 
 # ---------------------------------------------------------- slow path -----
+if [[ ${CHECK_ONLY:-} == 1 ]]; then
+  log "not built yet: ${MISSING[*]}"
+  exit 1
+fi
+
 how_to_provide() {
   local bin=$1 var
   var=$(env_var_for "$bin")

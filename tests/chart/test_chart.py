@@ -20,6 +20,9 @@ from tests.chart.chart_support import (
     render,
 )
 
+# They render the chart with helm, one of the pinned test binaries.
+pytestmark = pytest.mark.binaries
+
 
 def test_helm_lint_strict() -> None:
     result = helm("lint", "--strict", str(CHART), "--set", "storage.uri=s3://bucket/p")

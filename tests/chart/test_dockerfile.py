@@ -12,6 +12,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 from perfdiag.operator.injection import IMAGE_HOOK_DIR
@@ -94,6 +95,7 @@ def test_hook_folder_is_where_the_webhook_copies_it_from(tmp_path: Path) -> None
     assert (hook / "perfdiag" / "collector" / "hook" / "__init__.py").is_file()
 
 
+@pytest.mark.binaries  # renders the chart with helm
 def test_user_is_the_charts_non_root_user() -> None:
     [user] = _instructions("USER")
     uid = int(re.split(r"[:\s]", user.strip())[0])

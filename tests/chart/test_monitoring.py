@@ -30,6 +30,9 @@ from perfdiag_testing.prometheus_server import (
 )
 from tests.chart.chart_support import CHART, VARIANTS, by_kind, objects, render, tool
 
+# They render the chart with helm, one of the pinned test binaries.
+pytestmark = pytest.mark.binaries
+
 ALERTS_TEST = Path(__file__).with_name("alerts_test.yaml")
 DASHBOARD = CHART / "dashboards" / "perfdiag.json"
 MONITORING_KINDS = ("ServiceMonitor", "PrometheusRule")
