@@ -6,6 +6,7 @@
 # their build starts first, in the background, and goes on beside the Python set-up, lint, types
 # and the tests that do not need them (pytest -m "not binaries"); the tests that do (-m binaries)
 # run once it is done. With the binaries there it is one pytest session (scripts/run-tests.sh).
+# Each session ends with its 20 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[test] $*" >&2; }
@@ -30,12 +31,12 @@ scripts/setup.sh
 scripts/typecheck.sh
 
 if [ -z "$build_pid" ]; then
-  scripts/run-tests.sh
+  scripts/run-tests.sh --durations=20
   exit
 fi
 
 status=0
-.venv/bin/pytest -m "not binaries" || status=$?
+.venv/bin/pytest --durations=20 -m "not binaries" || status=$?
 log "waiting for the test binaries (log: $build_log)"
 if ! wait "$build_pid"; then
   build_pid=''
@@ -46,5 +47,5 @@ fi
 build_pid=''
 PERFDIAG_BIN_DIR=$(tail -n 1 "$build_log.dir")
 export PERFDIAG_BIN_DIR
-.venv/bin/pytest -m binaries || status=$?
+.venv/bin/pytest --durations=20 -m binaries || status=$?
 exit "$status"
