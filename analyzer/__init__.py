@@ -43,6 +43,7 @@ def analyze(
     Raises NoCaptureError when the source holds no capture, CaptureError when a file is
     unreadable, perfdiag.storage.StorageError when storage fails.
     """
+    # Imported here: the analysis (Arrow compute, the report) stays out of `perfdiag --help`.
     from perfdiag.analyzer.pipeline import run_analysis
 
     return run_analysis(

@@ -37,9 +37,12 @@ from perfdiag.analyzer.findings.reported import (
 from perfdiag.analyzer.findings.rules import check_expected_ranges
 from perfdiag.analyzer.findings.slow_worker import SlowWorker
 from perfdiag.analyzer.findings.throttle import HardwareReader, with_throttle_reasons
-from perfdiag.analyzer.load.capture import Capture, load_capture
+from perfdiag.analyzer.load.capture import Capture, Notes
+from perfdiag.analyzer.load.capture_folder import load_capture
 from perfdiag.analyzer.load.workers import account_workers
 from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.report.html import render_report
+from perfdiag.analyzer.report.timeline import build_timeline
 from perfdiag.analyzer.report.verdict import build_verdict
 from perfdiag.analyzer.signals.contention import CpuWait, cpu_wait, without_chance_cpu_anomalies
 from perfdiag.analyzer.signals.cpu_cause import RankCpu, host_note, rank_cpu
@@ -85,10 +88,13 @@ def analyze_capture(
     progress: Progress | None = None,
     read_hardware: HardwareReader | None = None,
     read_events: EventsReader | None = None,
+    notes: Notes | None = None,
 ) -> Analysis:
     """Compare the workers of `capture` and build the verdict. `read_hardware` gives a rank's
-    hardware.parquet, for the throttle reasons of the GPUs a finding blames."""
+    hardware.parquet, for the throttle reasons of the GPUs a finding blames; `notes`: where the
+    readers say what they could not read (default: new notes of the capture)."""
     say = progress or (lambda _msg: None)
+    notes = Notes.of(capture) if notes is None else notes
     limits = thresholds or Thresholds()
     steps = StepTimes.from_metas(capture.metas)
     features = build_features(
@@ -109,24 +115,21 @@ def analyze_capture(
         groups,
         host.host_load if host is not None else None,
     )
-    capture.notes.extend(chance)
+    notes.add(*chance)
     if anomalies:  # each rank's host, for the few captures with a resource anomaly
         hosts = dict(zip(capture.metas.ranks.tolist(), capture.metas.hosts(), strict=True))
         anomalies, shared = without_shared_host_resources(anomalies, hosts)
-        capture.notes.extend(shared)
+        notes.add(*shared)
     speed = kernel_speed_anomalies(capture.summary, features, groups, limits)
     deviations, fusion = _culprits(
         capture.summary, features, groups, limits, anomalies + speed, cpu, host
     )
-    capture.notes.extend(c.describe() for c in fusion.contended)
-    capture.notes.extend(fusion.contended_notes)
+    notes.add(*(c.describe() for c in fusion.contended), *fusion.contended_notes)
     if read_events is not None:
-        fusion = _name_user_frames(
-            fusion, features, groups, capture.metas, read_events, capture.notes
-        )
-    note = host_note(host) if host is not None else None
-    if note is not None:
-        capture.notes.insert(0, note)
+        fusion = _name_user_frames(fusion, features, groups, capture.metas, read_events, notes)
+    host_condition = host_note(host) if host is not None else None
+    if host_condition is not None:
+        notes.add_first(host_condition)
     collectives = analyze_collectives(capture.collectives, features, groups, limits)
     has_gpu = capture.metas.any_gpu()
     violations = check_expected_ranges(
@@ -134,7 +137,7 @@ def analyze_capture(
     )
     median_step = float(steps.median_ms.mean()) if len(steps.ranks) else None
     account = account_workers(capture, expected_ranks, limits, median_step)
-    capture.notes.extend(account.notes)
+    notes.add(*account.notes)
 
     candidates = [
         *slow_worker_findings(
@@ -160,16 +163,16 @@ def analyze_capture(
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
     # Whole-job efficiency against expected ranges: advice, never a culprit (docs/design.md §4).
     observations = range_findings(violations)
-    verdict = build_verdict(capture, account, steps, reported, limits, observations)
-    if note is not None:
-        verdict = verdict.model_copy(
-            update={"summary": f"{verdict.summary} {note}", "notes": [note, *verdict.notes]}
-        )
-    if capture.trigger is not None:
-        fired = f"Captured on a slowdown: {capture.trigger.describe()}."
-        verdict = verdict.model_copy(
-            update={"trigger": capture.trigger, "notes": [fired, *verdict.notes]}
-        )
+    verdict = build_verdict(
+        capture,
+        account,
+        steps,
+        reported,
+        limits,
+        observations,
+        input_notes=notes.inputs,
+        host_note=host_condition,
+    )
     return Analysis(
         capture=capture,
         thresholds=limits,
@@ -185,6 +188,7 @@ def analyze_capture(
         observations=observations,
         below_threshold=below,
         has_gpu=has_gpu,
+        notes=notes,
         verdict=verdict,
         collectives=collectives,
     )
@@ -201,7 +205,7 @@ def _name_user_frames(
     groups: PeerGroups,
     metas: Mapping[int, WorkerMeta],
     read_events: EventsReader,
-    notes: list[str],
+    notes: Notes,
 ) -> Fusion:
     """The fusion with the user's frame behind each culprit's excess (analyzer/signals/
     user_frame.py): the frame whose inclusive time exceeds a typical peer's by most of the
@@ -224,7 +228,7 @@ def _with_user_frame(
     metas: Mapping[int, WorkerMeta],
     read_events: EventsReader,
     named: set[int],
-    notes: list[str],
+    notes: Notes,
 ) -> SlowWorker:
     top = worker.top
     if top is None or top.category not in USER_FRAME_CATEGORIES | {"host"}:
@@ -265,7 +269,7 @@ def _with_user_frame(
             enclosing = top.category == "python" and not top.function.startswith(LIBRARY_PREFIX)
             found = user_frame(events, top.function, enclosing=enclosing)
     except (pa.ArrowException, KeyError, ValueError) as exc:
-        notes.append(f"rank {worker.rank}: the user's frame was not found ({exc})")
+        notes.add(f"rank {worker.rank}: the user's frame was not found ({exc})")
     return replace(worker, user_function=found, user_callers=callers)
 
 
@@ -312,6 +316,7 @@ def run_analysis(
     if root is not None and not root.parent.is_dir():
         raise NoCaptureError(f"no capture in {storage.uri}: the folder does not exist")
     capture = load_capture(storage, say, jobs)
+    notes = Notes.of(capture)
     target = out or storage
     seconds: dict[str, float] = {}  # writing time of each file, for the progress line
     try:
@@ -321,13 +326,11 @@ def run_analysis(
             thresholds,
             expected_ranks,
             progress=say,
-            read_hardware=_hardware_reader(storage, capture),
-            read_events=_events_reader(storage, capture),
+            read_hardware=_hardware_reader(storage, capture, notes),
+            read_events=_events_reader(storage, capture, notes),
+            notes=notes,
         )
         say(f"compared {len(capture.metas)} workers in {time.monotonic() - started:.1f} s")
-        from perfdiag.analyzer.report.html import render_report
-        from perfdiag.analyzer.report.timeline import build_timeline
-
         _timed(
             seconds, layout.REPORT, lambda: target.put_text(layout.REPORT, render_report(analysis))
         )
@@ -339,7 +342,7 @@ def run_analysis(
     finally:
         capture.close()  # the timeline was the last to read its temporary files
     verdict = analysis.verdict
-    late = [n for n in capture.input_notes if n not in verdict.notes]
+    late = [n for n in analysis.notes.inputs if n not in verdict.notes]
     if late:  # inputs found unusable while the timeline was built
         verdict = verdict.model_copy(update={"notes": [*verdict.notes, *late]})
     if capture.breakdown:
@@ -375,41 +378,42 @@ def _wrote_line(target: Storage, *, breakdown: bool) -> str:
     return f"wrote {', '.join(files[:-1])} and {files[-1]} in {target.uri}"
 
 
-def _hardware_reader(storage: Storage, capture: Capture) -> HardwareReader:
+def _hardware_reader(storage: Storage, capture: Capture, notes: Notes) -> HardwareReader:
     def read(rank: int) -> pa.Table | None:
         key = capture.hardware_key(rank)
         if key is None:
             return None
-        from perfdiag.engine.parquet_io import table_from_bytes
-
         try:
-            return table_from_bytes(storage.get_bytes(key))
+            return _read_parquet(storage, key)
         except (StorageError, pa.ArrowException) as exc:
             # Throttle reasons only add to a finding: say why they are absent, go on.
-            capture.notes.append(f"rank {rank}: {key} not read ({exc})")
+            notes.add(f"rank {rank}: {key} not read ({exc})")
             return None
 
     return read
 
 
-def _events_reader(storage: Storage, capture: Capture) -> EventsReader | None:
+def _events_reader(storage: Storage, capture: Capture, notes: Notes) -> EventsReader | None:
     if capture.kind != "capture":
         return None
 
     def read(rank: int) -> pa.Table | None:
-        from perfdiag.engine.parquet_io import table_from_bytes
-
         key = layout.worker_key(rank, layout.EVENTS)
         if not capture.may_have_events(rank):
             return None  # raw events not kept: the contributor's own name stands
         try:
-            return table_from_bytes(storage.get_bytes(key))
+            return _read_parquet(storage, key)
         except StorageNotFound:
             return None  # raw events not kept: the contributor's own name stands
         except (StorageError, pa.ArrowException, OSError) as exc:
-            note = f"ignored {storage.uri_of(key)}: {exc}"
-            if note not in capture.input_notes:
-                capture.input_notes.append(note)
+            notes.add_input(f"ignored {storage.uri_of(key)}: {exc}")
             return None
 
     return read
+
+
+def _read_parquet(storage: Storage, key: str) -> pa.Table:
+    # Imported here: the analysis of a folder of Kineto traces never loads pyarrow.parquet.
+    from perfdiag.engine.parquet_io import table_from_bytes
+
+    return table_from_bytes(storage.get_bytes(key))

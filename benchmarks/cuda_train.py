@@ -3,8 +3,9 @@ a GPU machine (scripts/gpu-check.sh runs it through `perfdiag run`).
 
     perfdiag run --nproc-per-node 2 -- benchmarks/cuda_train.py --scenario gpu-compute
 
-A plain torchrun script (it knows nothing about perfdiag): DDP over gloo, every rank on the same
-GPU (cuda:<local rank modulo the GPUs present>: one GPU serves both ranks, and NCCL refuses two
+A plain torchrun script (nothing of perfdiag's hook or API; the demo's MLP, optimizer step and
+device choice: perfdiag.local.demo.ddp): DDP over gloo, every rank on the same GPU
+(cuda:<local rank modulo the GPUs present>: one GPU serves both ranks, and NCCL refuses two
 ranks on one device). Scenarios, and the category perfdiag should name for the fault rank:
 
   healthy       no fault                                                  (no culprit)
@@ -26,13 +27,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+
+from perfdiag.local.demo.ddp import CLASSES, Trainer, agree, build_model, rank_device
 
 SCENARIOS = ("healthy", "gpu-compute", "host-bound", "memcpy")
 FEATURES = 1024
 HIDDEN = 2048
-CLASSES = 16
 SYNC_EVERY = 10
 
 
@@ -50,16 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiny-kernels", type=int, default=3000, help="host-bound: launches")
     parser.add_argument("--upload-mib", type=int, default=256, help="memcpy: MiB per step")
     return parser.parse_args(argv)
-
-
-def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, CLASSES),
-    )
 
 
 def extra_products(device: torch.device, size: int, repeats: int) -> torch.Tensor:
@@ -86,14 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        index = local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        device = torch.device("cuda", index)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)
+    device = rank_device(args.device)
     faulty = args.scenario != "healthy" and rank == args.fault_rank
     torch.manual_seed(0)
 
@@ -109,11 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         upload = torch.randn(args.upload_mib * 1024 * 1024 // 4)
         if pin and not faulty:
             upload = upload.pin_memory()
-    model = DistributedDataParallel(
-        build_model().to(device), device_ids=[device.index] if device.type == "cuda" else None
-    )
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    trainer = Trainer(build_model(FEATURES, HIDDEN), lr=0.01, device=device)
     if rank == 0:
         fault = f" (fault on rank {args.fault_rank})" if args.scenario != "healthy" else ""
         print(f"cuda_train: {args.scenario}{fault}, {world} ranks on {device}", flush=True)
@@ -131,20 +110,18 @@ def main(argv: list[str] | None = None) -> None:
             inputs = inputs + extra_products(device, args.matmul_size, args.matmuls).mean() * 0.0
         if faulty and args.scenario == "host-bound":
             tiny_kernels(device, args.tiny_kernels)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
-        loss.backward()
-        optimizer.step()
+        loss = trainer.step(inputs, labels)
         step += 1
         if step % SYNC_EVERY:
             continue
         elapsed = time.monotonic() - started
-        stop = elapsed >= args.max_seconds or (step >= args.steps and elapsed >= args.min_seconds)
-        flags = torch.tensor([loss.item(), float(stop)])
-        dist.all_reduce(flags)
+        mean_loss, stop = agree(
+            loss,
+            elapsed >= args.max_seconds or (step >= args.steps and elapsed >= args.min_seconds),
+        )
         if rank == 0 and step % 50 == 0:
-            print(f"cuda_train: step {step} loss {flags[0].item() / world:.4f}", flush=True)
-        if flags[1].item() > 0:
+            print(f"cuda_train: step {step} loss {mean_loss:.4f}", flush=True)
+        if stop:
             break
     if rank == 0:
         print(f"cuda_train: finished {step} steps in {time.monotonic() - started:.1f} s")

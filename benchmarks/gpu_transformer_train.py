@@ -3,8 +3,9 @@ job `scripts/gpu-check.sh` runs through `perfdiag run` to capture GPU faults for
 
     perfdiag run --nproc-per-node 2 -- benchmarks/gpu_transformer_train.py --scenario fp32
 
-A plain torchrun script that knows nothing about perfdiag, in pure torch (no transformers
-version to depend on): a decoder of 6 blocks (d_model 512, 8 heads, causal
+A plain torchrun script, nothing of perfdiag's hook or API in it (each rank's device and the
+ranks' agreement to stop are those of the demo's job, perfdiag.local.demo.ddp), in pure torch
+(no transformers version to depend on): a decoder of 6 blocks (d_model 512, 8 heads, causal
 `scaled_dot_product_attention`, GELU MLP), vocab 4096, tied embeddings, batch 16 × 512 tokens,
 bf16 autocast, AdamW. DDP over gloo with every rank on `cuda:<local rank % GPUs>`: on one GPU
 both ranks share it (NCCL refuses two ranks on one device). 16 × 512 rather than 8 × 512:
@@ -107,6 +108,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, Dataset
+
+from perfdiag.local.demo.ddp import agree, rank_device
 
 # -- scenarios and the verdict each should give --------------------------------------------------
 
@@ -709,10 +712,8 @@ def train(
             setup.after_step(step)
             if step % SYNC_EVERY == 0 or step == args.steps:
                 # Logging, as training loops do: the loss, and whether any rank ran out of time.
-                late = time.monotonic() - started > args.max_seconds
-                flags = torch.tensor([loss.item(), float(late)])
-                dist.all_reduce(flags)
-                if flags[1].item() > 0:
+                _, late = agree(loss, time.monotonic() - started > args.max_seconds)
+                if late:
                     break
             step_times.append(time.perf_counter() - step_started)
     finally:
@@ -737,14 +738,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        index = local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        device = torch.device("cuda", index)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)
+    device = rank_device(args.device)
     sizes = sizes_of(args)
     try:
         for name in args.scenarios:

@@ -18,6 +18,8 @@ def step() -> None:
     """Mark the end of a training step (only needed when no torch optimizer is used)."""
     global _hook_step
     if _hook_step is None:
+        # At the first call: every collector module (the agent's too) runs this package first,
+        # and must not load the hook with it.
         from perfdiag.collector.hook import step as hook_step
 
         _hook_step = hook_step

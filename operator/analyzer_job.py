@@ -3,17 +3,22 @@
 It runs `perfdiag analyze <prefix> --expected-ranks N` in the perfdiag image with the storage
 credentials of the namespace's storage Secret; it is owned by the PerfDiagnosis (garbage
 collected with it; the operator also deletes it when the diagnosis is deleted mid-run), has
-resource requests and limits, a deadline (activeDeadlineSeconds) and a TTL.
+resource requests and limits (memory raised to what the job's worker count needs), a deadline
+(activeDeadlineSeconds) and a TTL.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Literal
+
+from kubernetes.utils.quantity import parse_quantity
 
 from perfdiag.api.diagnosis import API_VERSION, KIND
 from perfdiag.operator.injection import storage_env
@@ -23,6 +28,43 @@ ANALYZER_CONTAINER = "analyzer"
 DIAGNOSIS_LABEL = "perfdiag.io/diagnosis"
 MAX_NAME = 63
 ANALYZER_RESOURCES = DEFAULT_ANALYZER_RESOURCES.to_wire()
+# The analysis' peak memory grows by ~11.5 KB a worker (1,000,000 workers: 11.5 GB, the cross-worker
+# benchmark in docs/benchmarks.md) over ~0.2 GB of interpreter and libraries; both with margin.
+MEMORY_PER_WORKER = 16 * 1024
+MEMORY_BASE = 1024**3
+
+
+def _quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes quantity ("4Gi", "512Mi", 1e9) as a number (the kubernetes client's parser)."""
+    parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # untyped library
+    return parsed
+
+
+def memory_needed(expected_ranks: int) -> int:
+    """Bytes the analysis of `expected_ranks` workers' capture may take at its peak."""
+    return MEMORY_BASE + MEMORY_PER_WORKER * expected_ranks
+
+
+def sized_for_workers(resources: Mapping[str, Any], expected_ranks: int | None) -> dict[str, Any]:
+    """`resources` as configured while memory_needed(expected_ranks) fits their memory limit;
+    past it, the memory request and limit both become that need, so that a job of 1,000,000
+    workers is not OOM-killed at the 4 Gi default (enough, by this estimate, for ~190,000) and
+    its pod is placed where the memory is."""
+    sized = copy.deepcopy(dict(resources))
+    limit = (sized.get("limits") or {}).get("memory")
+    if not expected_ranks or limit is None:
+        return sized
+    needed = memory_needed(expected_ranks)
+    if _quantity(limit) >= needed:
+        return sized
+    quantity = f"{math.ceil(needed / 1024**2)}Mi"
+    for kind in ("requests", "limits"):
+        values = dict(sized.get(kind) or {})
+        configured = values.get("memory")
+        if configured is None or _quantity(configured) < needed:
+            values["memory"] = quantity
+        sized[kind] = values
+    return sized
 
 
 def job_name(name: str, uid: str) -> str:
@@ -47,7 +89,8 @@ def analyzer_job(
     storage_region: str | None = None,
 ) -> dict[str, Any]:
     """`thresholds`: the diagnosis' spec.analysis (set fields only), passed as --thresholds;
-    `resources`: the container's (default ANALYZER_RESOURCES); `storage_endpoint`/`_region`: the
+    `resources`: the container's (default ANALYZER_RESOURCES), its memory raised for the workers
+    (sized_for_workers); `storage_endpoint`/`_region`: the
     operator's S3 endpoint and region, set as AWS_ENDPOINT_URL / AWS_REGION (over the Secret's)."""
     meta = diagnosis["metadata"]
     labels = {
@@ -93,7 +136,9 @@ def analyzer_job(
                             "args": args,
                             "env": storage_env(storage_endpoint, storage_region),
                             "envFrom": [{"secretRef": {"name": storage_secret, "optional": True}}],
-                            "resources": copy.deepcopy(dict(resources or ANALYZER_RESOURCES)),
+                            "resources": sized_for_workers(
+                                resources or ANALYZER_RESOURCES, expected_ranks
+                            ),
                         }
                     ],
                 },

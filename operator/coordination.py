@@ -70,17 +70,17 @@ from perfdiag.api.verdict import Finding, Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
 from perfdiag.operator.injection import follows_pod_plan, injected, training_container_index
+from perfdiag.operator.pods import NPROC_ENV
 from perfdiag.operator.settings import (
     DEFAULT_CAPTURE_LEAD_SECONDS,
+    DIAGNOSIS_ANNOTATION,
     INJECT_LABEL,
     KUBELET_CAPTURE_LEAD_SECONDS,
     PLAN_ANNOTATION,
-    PREFIX,
 )
 from perfdiag.operator.status import READY, RECONCILING, STALLED, Desired, Event, merge_conditions
 from perfdiag.storage import layout
 
-DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagnosis wrote it
 MAX_PLAN_ID = 128
 TOP_FINDINGS = MAX_STATUS_FINDINGS
 STACKS_SUFFIX = "-stacks"
@@ -219,7 +219,7 @@ def expected_ranks(pods: Sequence[Mapping[str, Any]]) -> int:
         if not containers:
             continue
         env = containers[training_container_index(containers)].get("env") or []
-        value = next((v.get("value") for v in env if v.get("name") == "PET_NPROC_PER_NODE"), None)
+        value = next((v.get("value") for v in env if v.get("name") == NPROC_ENV), None)
         total += int(value) if isinstance(value, str) and value.isdigit() else 1
     return total
 
@@ -229,17 +229,36 @@ class World:
     """What the reconciler read for one pass."""
 
     pods: list[dict[str, Any]] = field(default_factory=list)  # live target pods
+    # Every target pod as read, finished ones too: an ending takes the plans off them all.
+    target_pods: list[dict[str, Any]] = field(default_factory=list)
     workers: dict[int, WorkerStatus] = field(default_factory=dict)  # this plan's status.json
     storage_error: str | None = None  # reading storage failed (kept trying)
     job: JobState | None = None  # the analyzer Job, when it exists
     verdict: Verdict | None = None  # verdict.json, once the Job succeeded
     verdict_error: str | None = None
     stacks: frozenset[int] = frozenset()  # ranks whose stack dump (stacks plan) is in storage
+    # While watching: the capture plan already in the capture's prefix, from a pass that sent
+    # it but whose status write was lost (a conflict, a restart); sent again as it is.
+    sent: Plan | None = None
 
 
 Action = Literal[
     "watch", "arm", "record_trigger", "stacks", "launch_job", "disarm", "collect_stacks"
 ]
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What one decision starts from: the object's generation and spec, its status so far
+    (after the target was observed), the world read for it, how messages name the target,
+    and the decision's moment."""
+
+    generation: int
+    spec: PerfDiagnosisSpec
+    status: PerfDiagnosisStatus
+    world: World
+    target: str
+    now: datetime
 
 
 @dataclass
@@ -301,31 +320,25 @@ def decide(
     (phase Pending), that waits for a slowdown or measures the step rate (Watching) or whose
     capture is under way (Capturing, Analyzing). `lead_seconds`: how far ahead of the ranks a
     window begins (settings.DEFAULT_CAPTURE_LEAD_SECONDS)."""
+    at = Situation(generation, spec, status, world, target, now)
     if status.phase == "Pending":
-        return _pending(
-            name, uid, namespace, generation, spec, status, world, storage_root, target, now
-        )
+        return _pending(at, name, uid, namespace, storage_root)
     if status.phase == "Watching":
-        return _watching(generation, spec, status, world, target, now, lead_seconds)
+        return _watching(at, lead_seconds)
     if status.phase == "Capturing":
-        return _capturing(generation, spec, status, world, target, now)
+        return _capturing(at)
     if status.phase == "Analyzing":
-        return _analyzing(generation, spec, status, world, now)
+        return _analyzing(at)
     return Decision(status)
 
 
 def _failed(
-    status: PerfDiagnosisStatus,
-    generation: int,
-    now: datetime,
-    reason: str,
-    message: str,
-    actions: Sequence[Action] = (),
-    **update: Any,
+    at: Situation, reason: str, message: str, actions: Sequence[Action] = (), **update: Any
 ) -> Decision:
     """The diagnosis ends without a verdict: phase Failed, Stalled with `reason`, a Warning
     event, its plans taken off the pods (whatever phase it ends in); `update`: more of the
     status that changes with it."""
+    status, generation, now = at.status, at.generation, at.now
     new = status.model_copy(
         update={
             "phase": "Failed",
@@ -339,17 +352,10 @@ def _failed(
 
 
 def _pending(
-    name: str,
-    uid: str,
-    namespace: str,
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    storage_root: str | None,
-    target: str,
-    now: datetime,
+    at: Situation, name: str, uid: str, namespace: str, storage_root: str | None
 ) -> Decision:
+    status, world, target, now, generation = at.status, at.world, at.target, at.now, at.generation
+
     def hold(desired: list[Desired]) -> Decision:
         return Decision(
             status.model_copy(update={"conditions": _conds(status, desired, generation, now)})
@@ -379,7 +385,7 @@ def _pending(
             )
             return hold(_running("WaitingForOtherDiagnosis", message))
 
-    return _start_watch(generation, spec, status, world, storage_root, namespace, mine, now)
+    return _start_watch(at, storage_root, namespace, mine)
 
 
 def capture_plan(
@@ -414,16 +420,8 @@ def watch_plan(spec: PerfDiagnosisSpec, capture: str, now: datetime) -> Plan:
     )
 
 
-def _start_watch(
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    storage_root: str,
-    namespace: str,
-    capture: str,
-    now: datetime,
-) -> Decision:
+def _start_watch(at: Situation, storage_root: str, namespace: str, capture: str) -> Decision:
+    spec, status, world, now, generation = at.spec, at.status, at.world, at.now, at.generation
     plan = watch_plan(spec, capture, now)
     expected = expected_ranks(world.pods)
     if spec.trigger is not None:
@@ -515,16 +513,11 @@ def _step_advanced(
 
 
 def _capture_sent(
-    status: PerfDiagnosisStatus,
-    generation: int,
-    now: datetime,
-    watch: WatchStatus,
-    plan: Plan,
-    expected: int,
-    message: str,
+    at: Situation, watch: WatchStatus, plan: Plan, expected: int, message: str
 ) -> PerfDiagnosisStatus:
     """Watching ends with the capture plan sent: phase Capturing, its window, the ranks
     expected."""
+    status, generation, now = at.status, at.generation, at.now
     return status.model_copy(
         update={
             "phase": "Capturing",
@@ -542,9 +535,26 @@ def _capture_sent(
     )
 
 
-def _watch_ended(
-    status: PerfDiagnosisStatus, generation: int, now: datetime, gone: str | None
-) -> Decision:
+def _sent_already(at: Situation, watch: WatchStatus, sent: Plan) -> Decision:
+    """Watching ends with the capture plan an earlier pass sent (World.sent) and could not
+    record: that plan, unchanged, to the pods that lack it, whatever this pass would decide
+    now (a rank that read it must not find another start step on its pod)."""
+    world = at.world
+    expected = expected_ranks(world.pods)
+    begins = (
+        f"from step {sent.start_step}"
+        if sent.start_step is not None
+        else "each rank from its next step"
+    )
+    message = (
+        f"plan {sent.id} sent to {len(world.pods)} pod(s): capturing {sent.steps} steps "
+        f"{begins} on {expected} rank(s), deadline {sent.deadline:%H:%M:%SZ}"
+    )
+    new = _capture_sent(at, watch, sent, expected, message)
+    return Decision(new, ["arm"], sent, [Event("Normal", "PlanSent", message)])
+
+
+def _watch_ended(at: Situation, gone: str | None) -> Decision:
     """Watching ends without a capture: the target's pods are gone (`gone` says how far it
     got), or the status lost its watch plan (`gone` None)."""
     if gone is not None:
@@ -552,26 +562,19 @@ def _watch_ended(
     else:
         reason = "NoWatch"
         message = "phase Watching without a watch plan (status.watch.planId is unset)"
-    return _failed(status, generation, now, reason, message)
+    return _failed(at, reason, message)
 
 
-def _watching(
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    target: str,
-    now: datetime,
-    lead_seconds: float,
-) -> Decision:
+def _watching(at: Situation, lead_seconds: float) -> Decision:
+    spec, status, world, target, now = at.spec, at.status, at.world, at.target, at.now
     if spec.trigger is None:
-        return _measuring(generation, spec, status, world, target, now, lead_seconds)
+        return _measuring(at, lead_seconds)
     watch = status.watch or WatchStatus()
     rule = spec.trigger.slowdown.rule()
     capture = _capture_of(watch)
     if not world.pods or capture is None:
         gone = f"the pods of {target} are gone before a {rule.percent:g}% slowdown"
-        return _watch_ended(status, generation, now, gone if capture is not None else None)
+        return _watch_ended(at, gone if capture is not None else None)
 
     reports = step_reports(world.workers)
     track, fired = advance_job(_track(watch), reports, rule, max_minima=MAX_BASELINE_CANDIDATES)
@@ -592,6 +595,11 @@ def _watching(
         update.update({"step_ms": round(latest[1], 3), "rank": slowest.rank})
     update.update(_step_advanced(watch, world, step, step_unix, now))
     new_watch = watch.model_copy(update=update)
+    if world.sent is not None and world.sent.id == capture:
+        if fired is not None:
+            slowdown = FiredSlowdown.model_validate(fired.model_dump())
+            new_watch = new_watch.model_copy(update={"slowdown": slowdown})
+        return _sent_already(at, new_watch, world.sent)
 
     if fired is not None:
         lead = capture_lead(world.pods, lead_seconds)
@@ -604,9 +612,7 @@ def _watching(
             f"slowdown: {fired.describe()}; plan {capture} sent: capturing "
             f"{spec.capture.steps} steps from step {start}"
         )
-        new = _capture_sent(
-            status, generation, now, new_watch, plan, expected_ranks(world.pods), message
-        )
+        new = _capture_sent(at, new_watch, plan, expected_ranks(world.pods), message)
         return Decision(
             new, ["record_trigger", "arm"], plan, [Event("Warning", "SlowdownDetected", message)]
         )
@@ -623,29 +629,20 @@ def _watching(
             f"{new_watch.step_ms:.1f} ms on rank {new_watch.rank} ({change:+.0f}% against the "
             f"baseline {new_watch.baseline_step_ms:.1f} ms of step {new_watch.baseline_step})"
         )
-    return _still_watching(
-        status, spec, capture, watch, new_watch, world, generation, now, progress, "Watching"
-    )
+    return _still_watching(at, capture, watch, new_watch, progress, "Watching")
 
 
-def _measuring(
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    target: str,
-    now: datetime,
-    lead_seconds: float,
-) -> Decision:
+def _measuring(at: Situation, lead_seconds: float) -> Decision:
     """A one-shot capture measuring the step rate (phase Watching, reason MeasuringStepRate):
     once a rank reported, the capture plan begins the lead ahead of the furthest step at the
     job's rate; when no rate came within RATE_WAIT_S, it goes without a start step."""
+    spec, status, world, target, now = at.spec, at.status, at.world, at.target, at.now
     watch = status.watch or WatchStatus()
     capture = _capture_of(watch)
     if not world.pods or capture is None:
         reached = f" (last reported step {watch.step})" if watch.step is not None else ""
         gone = f"the pods of {target} are gone before the capture began{reached}"
-        return _watch_ended(status, generation, now, gone if capture is not None else None)
+        return _watch_ended(at, gone if capture is not None else None)
 
     reports = step_reports(world.workers)
     step, step_unix = _furthest(world.workers)
@@ -657,6 +654,8 @@ def _measuring(
     update.update(_step_advanced(watch, world, step, step_unix, now))
     new_watch = watch.model_copy(update=update)
     expected = expected_ranks(world.pods)
+    if world.sent is not None and world.sent.id == capture:
+        return _sent_already(at, new_watch, world.sent)
     waited = (now - watch.start_time).total_seconds() if watch.start_time is not None else 0.0
 
     if (rate is not None and rate > 0) or waited >= RATE_WAIT_S:
@@ -686,7 +685,7 @@ def _measuring(
                 f"different steps), deadline {plan.deadline:%H:%M:%SZ}"
             )
             kind = "Warning"
-        new = _capture_sent(status, generation, now, new_watch, plan, expected, message)
+        new = _capture_sent(at, new_watch, plan, expected, message)
         return Decision(new, ["arm"], plan, [Event(kind, "PlanSent", message)])
 
     progress = (
@@ -694,25 +693,20 @@ def _measuring(
         f"rank(s) reporting ({max(RATE_WAIT_S - waited, 0.0):.0f} s left before the plan goes "
         "without a start step)"
     )
-    return _still_watching(
-        status, spec, capture, watch, new_watch, world, generation, now, progress, MEASURING
-    )
+    return _still_watching(at, capture, watch, new_watch, progress, MEASURING)
 
 
 def _still_watching(
-    status: PerfDiagnosisStatus,
-    spec: PerfDiagnosisSpec,
+    at: Situation,
     capture: str,
     watch: WatchStatus,
     new_watch: WatchStatus,
-    world: World,
-    generation: int,
-    now: datetime,
     progress: str,
     reason: str,
 ) -> Decision:
     """Watching goes on: the new watch status, the watch plan sent again to any pod created
     since, the progress in the conditions."""
+    spec, status, world, now, generation = at.spec, at.status, at.world, at.now, at.generation
     if world.storage_error:
         progress += f"; storage unavailable, retrying: {world.storage_error}"
         reason = "StorageUnavailable"
@@ -788,14 +782,9 @@ def ended_before_window_message(window: WindowStatus, reached: int | None, targe
     )
 
 
-def _capturing(
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    target: str,
-    now: datetime,
-) -> Decision:
+def _capturing(at: Situation) -> Decision:
+    spec, status, world, target, now = at.spec, at.status, at.world, at.target, at.now
+    generation = at.generation
     window = status.window or WindowStatus()
     workers = status.workers or WorkersStatus()
     expected = workers.expected or 0
@@ -837,9 +826,7 @@ def _capturing(
     reached = _reached(status, world)
     if gone and not began and (window.start_step is None or (reached or 0) < window.start_step):
         return _failed(
-            status,
-            generation,
-            now,
+            at,
             ENDED_BEFORE_WINDOW,
             ended_before_window_message(window, reached, target),
             workers=counts(expected),
@@ -949,18 +936,13 @@ def analysis_record(spec: PerfDiagnosisSpec, generation: int) -> AnalysisStatus:
     return AnalysisStatus(generation=generation, thresholds=spec.analysis.to_wire())
 
 
-def _analyzing(
-    generation: int,
-    spec: PerfDiagnosisSpec,
-    status: PerfDiagnosisStatus,
-    world: World,
-    now: datetime,
-) -> Decision:
+def _analyzing(at: Situation) -> Decision:
+    spec, status, world, now, generation = at.spec, at.status, at.world, at.now, at.generation
     job = world.job
     if not (status.artifacts and status.artifacts.prefix):
         # Only a status written by hand gets here: there is no capture to analyze.
         message = "phase Analyzing without a capture (status.artifacts.prefix is unset)"
-        return _failed(status, generation, now, "NoCapture", message)
+        return _failed(at, "NoCapture", message)
     if job is None:  # not created yet, or deleted since: created now, with the current thresholds
         relaunched = status.model_copy(update={"analysis": analysis_record(spec, generation)})
         return Decision(relaunched, ["launch_job"])
@@ -968,7 +950,7 @@ def _analyzing(
         return Decision(status)
     if job.outcome == "failed":
         message = f"the analyzer Job failed ({job.reason}): {job.message or 'see its pod logs'}"
-        return _failed(status, generation, now, "AnalyzerFailed", message)
+        return _failed(at, "AnalyzerFailed", message)
     if world.verdict is None:
         if world.storage_error:  # storage down: keep trying
             return Decision(
@@ -988,7 +970,7 @@ def _analyzing(
                 )
             )
         message = f"the analyzer Job succeeded but verdict.json is unusable: {world.verdict_error}"
-        return _failed(status, generation, now, "VerdictUnreadable", message)
+        return _failed(at, "VerdictUnreadable", message)
     summary = verdict_summary(world.verdict)
     prefix = (status.artifacts.prefix if status.artifacts else None) or ""
     artifacts = Artifacts(

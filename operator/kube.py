@@ -15,6 +15,7 @@ from typing import Any, cast
 import kubernetes as _kubernetes
 
 from perfdiag.api.diagnosis import GROUP, KIND, PLURAL, VERSION, Target
+from perfdiag.operator.pods import slim_pod
 from perfdiag.operator.settings import COMPONENT
 from perfdiag.operator.status import Event, now_utc
 from perfdiag.operator.targets import JOB_KINDS, Lookup, TargetObservation, observe, pod_selector
@@ -23,6 +24,12 @@ from perfdiag.operator.targets import JOB_KINDS, Lookup, TargetObservation, obse
 kubernetes: Any = _kubernetes
 ApiException: type[Exception] = kubernetes.client.ApiException
 MERGE_PATCH = "application/merge-patch+json"
+API_CONNECTIONS = 32
+"""Connections kept to the apiserver: the reconciler patches that many pods at once (below it,
+urllib3 opens and drops a connection for every request over the pool's size)."""
+POD_PAGE = 1000
+"""Pods per LIST page: a page is parsed and slimmed before the next is read, so a pass over
+10,000 pods never holds them whole (a few MB a page instead of hundreds)."""
 
 
 class NoCredentials(RuntimeError):
@@ -44,6 +51,7 @@ def new_api_client() -> Any:
             raise NoCredentials(
                 f"no Kubernetes credentials: not running in a pod, and {where}: {exc}"
             ) from exc
+    config.connection_pool_maxsize = API_CONNECTIONS
     return kubernetes.client.ApiClient(config)
 
 
@@ -144,10 +152,19 @@ class Kube:
 
     # ---- target ----------------------------------------------------------------------------
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        response = self.core.list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False
-        )
-        return cast(list[dict[str, Any]], json.loads(response.data)["items"])
+        """The pods `selector` matches, slim (perfdiag.operator.pods), read POD_PAGE at a time."""
+        pods: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            response = self.core.list_namespaced_pod(
+                namespace, label_selector=selector, limit=POD_PAGE, _preload_content=False, **extra
+            )
+            page = json.loads(response.data)
+            pods += [slim_pod(pod) for pod in page.get("items") or []]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return pods
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _read_json(
@@ -184,13 +201,17 @@ class Kube:
             )
         )
 
-    def observe_target(self, namespace: str, target: Target) -> TargetObservation:
-        """Read the target (job object, pods) and decide its state."""
+    def observe_target(
+        self, namespace: str, target: Target
+    ) -> tuple[TargetObservation, list[dict[str, Any]]]:
+        """Read the target (job object, pods) and decide its state; with the target's pods as
+        read (slim, finished ones too), which the rest of the pass decides on."""
         if target.kind == "Pods" and target.name is not None:
             pod = self.get_pod(namespace, target.name)
             if pod is None:
-                return observe(target, lookup="missing")
-            return observe(target, lookup="found", pods=[pod])
+                return observe(target, lookup="missing"), []
+            pods = [slim_pod(pod)]
+            return observe(target, lookup="found", pods=pods), pods
         job: dict[str, Any] | None = None
         if target.kind in JOB_KINDS:
             kind = JOB_KINDS[target.kind]
@@ -205,7 +226,8 @@ class Kube:
                     raise
                 lookup = "kind_not_installed" if _is_missing_kind(exc) else "missing"
             if lookup != "found":
-                return observe(target, lookup=lookup)
+                return observe(target, lookup=lookup), []
         selector = pod_selector(target)
         assert selector is not None
-        return observe(target, lookup="found", job=job, pods=self.list_pods(namespace, selector))
+        pods = self.list_pods(namespace, selector)
+        return observe(target, lookup="found", job=job, pods=pods), pods

@@ -4,7 +4,8 @@ Level-triggered and idempotent: it reads the object fresh, computes the status f
 and the world, and writes only a difference, with the resourceVersion it read as a
 precondition. Two passes racing (a change handler and the recheck loop, or two operator
 replicas) cannot both apply the same transition: the loser gets 409 Conflict and recomputes
-from the winner's status, where the transition is already done. Events are posted after the
+from the winner's status, where the transition is already done (a conflict with a change of
+metadata alone, which decides nothing, is written again instead: `_write_status`). Events are posted after the
 status write succeeded, so a transition is announced at most once (an operator killed between
 the two loses the Event, never duplicates it); conditions are the record, Events the courtesy.
 """
@@ -14,9 +15,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ from perfdiag.operator.analyzer_job import JobState, analyzer_job, job_name, job
 from perfdiag.operator.coordination import (
     STACKS_SUFFIX,
     WATCH_SUFFIX,
+    Action,
     Decision,
     World,
     decide,
@@ -48,8 +51,9 @@ from perfdiag.operator.coordination import (
     pods_to_disarm,
     stacks_plan_id,
 )
-from perfdiag.operator.kube import ApiException, Kube, status_of
+from perfdiag.operator.kube import API_CONNECTIONS, ApiException, Kube, status_of
 from perfdiag.operator.metrics import OperatorMetrics, error_reason, pass_record
+from perfdiag.operator.pods import slim_pod
 from perfdiag.operator.settings import OperatorConfig
 from perfdiag.operator.status import (
     READY,
@@ -74,9 +78,8 @@ log = logging.getLogger("perfdiag.operator")
 
 Outcome = Literal["gone", "unchanged", "updated", "deleted"]
 MAX_CONFLICTS = 5
-POD_PLAN_WRITERS = 8  # concurrent writes of the pods' plan objects
-POD_PATCHERS = 8  # concurrent patches of the pods' plan annotations
-STATUS_READERS = 8  # concurrent reads of the workers' status.json
+POD_PLAN_WRITERS = 32  # concurrent writes of the pods' plan objects, each on its own connection
+POD_PATCHERS = API_CONNECTIONS  # concurrent patches of the pods' plan annotations
 
 
 class PodPlansRemain(RuntimeError):
@@ -85,6 +88,42 @@ class PodPlansRemain(RuntimeError):
 
 class StillConflicting(RuntimeError):
     """Every try of a pass met a newer object (409 Conflict)."""
+
+
+@dataclass(frozen=True)
+class ActionStep:
+    """What an action of a decision is carried out with: the object and what the decision
+    was made from, and the decision."""
+
+    obj: dict[str, Any]
+    spec: PerfDiagnosisSpec
+    status: PerfDiagnosisStatus  # before the decision
+    generation: int
+    now: datetime
+    world: World
+    decision: Decision
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.obj["metadata"]["uid"])
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def unless(self, storage_error: str | None) -> Decision | None:
+        """None when there is no storage error; else the pass ends with the status saying
+        storage is unavailable (retried at the next pass)."""
+        if storage_error is None:
+            return None
+        return _storage_unavailable(self.status, self.generation, self.now, storage_error)
 
 
 @dataclass
@@ -153,7 +192,8 @@ class Reconciler:
             if old is not None and old.phase in TERMINAL_PHASES:
                 new = old.model_copy(update={"observed_generation": generation})
             else:
-                observation = self.kube.observe_target(namespace, spec.target)
+                began = time.monotonic()
+                observation, target_pods = self.kube.observe_target(namespace, spec.target)
                 new = compute_status(
                     old,
                     generation=generation,
@@ -163,8 +203,19 @@ class Reconciler:
                 )
                 capture_started = new.phase in ("Watching", "Capturing", "Analyzing")
                 if capture_started or (new.phase == "Pending" and observation.state == "found"):
-                    world = self._world(namespace, name, meta["uid"], spec, new)
+                    world = self._world(namespace, name, meta["uid"], new, target_pods)
+                    read_s = time.monotonic() - began
+                    # The decision's moment is after the reads: a start step is extrapolated to
+                    # it, and the lead counts from it.
+                    now = self.clock()
                     decision = self._coordinate(obj, spec, new, generation, now, world)
+                    if decision.actions:
+                        log.info(
+                            "%s/%s: decided %s after reading %d pod(s) and %d worker "
+                            "status(es) in %.2f s",
+                            namespace, name, ",".join(decision.actions), len(world.pods),
+                            len(world.workers), read_s,
+                        )  # fmt: skip
                     new, extra_events, job = decision.status, decision.events, world.job
             new = thresholds_applied(spec, new, generation, now)
         new = keep_transition_times(old, at_generation(new, generation))
@@ -174,13 +225,37 @@ class Reconciler:
         patch = merge_patch(old.to_wire() if old is not None else {}, new.to_wire())
         if not patch:
             return "unchanged"
-        written = self.kube.patch_status(namespace, name, patch, meta["resourceVersion"])
+        written = self._write_status(obj, patch)
         if self.metrics is not None:
             record = pass_record(old, new, created=_created(meta), job=job)
             self.metrics.record(record, trigger=spec_has_trigger(obj))
         for event in [*extra_events, *transition_events(old, new)]:
             self._post(written, event)
         return "updated"
+
+    def _write_status(self, read: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        """Write the status patch computed from `read`, on that version of the object. A 409
+        whose newer object differs only in metadata the pass does not read (labels,
+        annotations: kopf's own bookkeeping after a handler) is written again on the newer
+        version: recomputing would redo what the pass already did to the pods. Any other
+        change is raised, and the pass recomputed."""
+        meta = read["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        version = meta["resourceVersion"]
+        for _ in range(MAX_CONFLICTS):
+            try:
+                return self.kube.patch_status(namespace, name, patch, version)
+            except ApiException as exc:
+                if status_of(exc) != 409:
+                    raise
+                newer = self.kube.get_diagnosis(namespace, name)
+                if newer is None or not _same_inputs(read, newer):
+                    raise
+                log.debug(
+                    "%s/%s: metadata changed meanwhile; status written again", namespace, name
+                )
+                version = newer["metadata"]["resourceVersion"]
+        raise StillConflicting(f"{namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries")
 
     # ---- capture coordination ----------------------------------------------------------------
     def _coordinate(
@@ -207,94 +282,103 @@ class Reconciler:
             now=now,
             lead_seconds=self.config.effective_capture_lead,
         )
+        step = ActionStep(obj, spec, status, generation, now, world, decision)
         for action in decision.actions:
-            if action == "watch":
-                assert decision.plan is not None
-                pods = [pod for pod in world.pods if plan_of(pod)[0] != decision.plan.id]
-                error = self._send_plan(namespace, name, decision.plan, pods)
-                if error is not None:
-                    return _storage_unavailable(status, generation, now, error)
-            elif action == "record_trigger":
-                watch, artifacts = decision.status.watch, decision.status.artifacts
-                assert watch is not None and watch.slowdown is not None and artifacts is not None
-                fired = Slowdown.model_validate(watch.slowdown.model_dump(by_alias=False))
-                try:
-                    _open_storage(artifacts.prefix or "").put_text(
-                        layout.TRIGGER, fired.model_dump_json()
-                    )
-                except StorageError as exc:
-                    log.warning("%s/%s: cannot write %s: %s", namespace, name, layout.TRIGGER, exc)
-                    return _storage_unavailable(status, generation, now, str(exc))
-            elif action == "arm":
-                assert decision.plan is not None and decision.status.artifacts is not None
-                prefix = decision.status.artifacts.prefix or ""
-                try:
-                    _open_storage(prefix).put_text(layout.PLAN, decision.plan.to_json())
-                except StorageError as exc:
-                    log.warning(
-                        "%s/%s: cannot write the plan to %s: %s", namespace, name, prefix, exc
-                    )
-                    return _storage_unavailable(status, generation, now, str(exc))
-                error = self._send_plan(namespace, name, decision.plan, world.pods)
-                if error is not None:
-                    return _storage_unavailable(status, generation, now, error)
-            elif action == "stacks":
-                assert decision.plan is not None
-                error = self._send_plan(namespace, name, decision.plan, world.pods)
-                if error is not None:
-                    return _storage_unavailable(status, generation, now, error)
-            elif action == "collect_stacks":
-                prefix = (status.artifacts.prefix if status.artifacts else None) or ""
-                try:
-                    copied = _collect_stacks(prefix)
-                except StorageError as exc:
-                    log.warning("%s/%s: stack dumps not copied: %s", namespace, name, exc)
-                    return _storage_unavailable(status, generation, now, str(exc))
-                log.info("%s/%s: %d stack dump(s) added to the capture", namespace, name, copied)
-            elif action == "disarm":
-                # Every target pod, not only the live ones: a job that finished keeps its pods,
-                # and what this diagnosis put on them must not outlive it.
-                try:
-                    self._disarm(
-                        namespace, name, uid, status, self._target_pods(namespace, spec.target)
-                    )
-                except PodPlansRemain as exc:
-                    # Nothing of the ending is done; the next pass decides it again.
-                    return _storage_unavailable(status, generation, now, str(exc))
-            elif action == "launch_job":
-                artifacts = decision.status.artifacts
-                workers = decision.status.workers
-                job = analyzer_job(
-                    obj,
-                    prefix=(artifacts.prefix if artifacts else None) or "",
-                    expected_ranks=workers.expected if workers else None,
-                    image=self.config.image,
-                    storage_secret=self.config.storage_secret,
-                    deadline_seconds=self.config.analyzer_deadline_seconds,
-                    ttl_seconds=self.config.analyzer_ttl_seconds,
-                    thresholds=spec.analysis.to_wire(),
-                    resources=self.config.analyzer_resources.to_wire(),
-                    storage_endpoint=self.config.storage_endpoint,
-                    storage_region=self.config.storage_region,
-                )
-                if self.kube.create_job(namespace, job):
-                    if self.metrics is not None:
-                        self.metrics.analyzer_started.inc()
-                    decision.events.append(
-                        Event("Normal", "AnalyzerStarted", f"Job {job['metadata']['name']} started")
-                    )
+            stopped = ACTION_HANDLERS[action](self, step)
+            if stopped is not None:
+                return stopped
         return decision
+
+    # ---- the decision's actions (ACTION_HANDLERS): None goes on, a Decision ends the pass ----
+    def _watch(self, step: ActionStep) -> Decision | None:
+        plan = step.decision.plan
+        assert plan is not None
+        return step.unless(self._send_plan(step.namespace, step.name, plan, step.world.pods))
+
+    def _record_trigger(self, step: ActionStep) -> Decision | None:
+        watch, artifacts = step.decision.status.watch, step.decision.status.artifacts
+        assert watch is not None and watch.slowdown is not None and artifacts is not None
+        fired = Slowdown.model_validate(watch.slowdown.model_dump(by_alias=False))
+        try:
+            _open_storage(artifacts.prefix or "").put_text(layout.TRIGGER, fired.model_dump_json())
+        except StorageError as exc:
+            log.warning("%s: cannot write %s: %s", step.describe(), layout.TRIGGER, exc)
+            return step.unless(str(exc))
+        return None
+
+    def _arm(self, step: ActionStep) -> Decision | None:
+        plan, artifacts = step.decision.plan, step.decision.status.artifacts
+        assert plan is not None and artifacts is not None
+        prefix = artifacts.prefix or ""
+        try:
+            # First: a pass that arms again (its status write lost) finds the plan here and
+            # sends it unchanged (World.sent).
+            _open_storage(prefix).put_text(layout.PLAN, plan.to_json())
+        except StorageError as exc:
+            log.warning("%s: cannot write the plan to %s: %s", step.describe(), prefix, exc)
+            return step.unless(str(exc))
+        return step.unless(self._send_plan(step.namespace, step.name, plan, step.world.pods))
+
+    def _stacks(self, step: ActionStep) -> Decision | None:
+        plan = step.decision.plan
+        assert plan is not None
+        return step.unless(self._send_plan(step.namespace, step.name, plan, step.world.pods))
+
+    def _collect_stacks(self, step: ActionStep) -> Decision | None:
+        status = step.status
+        prefix = (status.artifacts.prefix if status.artifacts else None) or ""
+        try:
+            copied = _collect_stacks(prefix)
+        except StorageError as exc:
+            log.warning("%s: stack dumps not copied: %s", step.describe(), exc)
+            return step.unless(str(exc))
+        log.info("%s: %d stack dump(s) added to the capture", step.describe(), copied)
+        return None
+
+    def _disarm_all(self, step: ActionStep) -> Decision | None:
+        # Every target pod, not only the live ones: a job that finished keeps its pods, and
+        # what this diagnosis put on them must not outlive it.
+        try:
+            self._disarm(step.namespace, step.name, step.uid, step.status, step.world.target_pods)
+        except PodPlansRemain as exc:
+            return step.unless(str(exc))  # nothing of the ending is done; decided again
+        return None
+
+    def _launch_job(self, step: ActionStep) -> Decision | None:
+        artifacts = step.decision.status.artifacts
+        workers = step.decision.status.workers
+        job = analyzer_job(
+            step.obj,
+            prefix=(artifacts.prefix if artifacts else None) or "",
+            expected_ranks=workers.expected if workers else None,
+            image=self.config.image,
+            storage_secret=self.config.storage_secret,
+            deadline_seconds=self.config.analyzer_deadline_seconds,
+            ttl_seconds=self.config.analyzer_ttl_seconds,
+            thresholds=step.spec.analysis.to_wire(),
+            resources=self.config.analyzer_resources.to_wire(),
+            storage_endpoint=self.config.storage_endpoint,
+            storage_region=self.config.storage_region,
+        )
+        if self.kube.create_job(step.namespace, job):
+            if self.metrics is not None:
+                self.metrics.analyzer_started.inc()
+            step.decision.events.append(
+                Event("Normal", "AnalyzerStarted", f"Job {job['metadata']['name']} started")
+            )
+        return None
 
     def _world(
         self,
         namespace: str,
         name: str,
         uid: str,
-        spec: PerfDiagnosisSpec,
         status: PerfDiagnosisStatus,
+        target_pods: list[dict[str, Any]],
     ) -> World:
-        pods = [p for p in self._target_pods(namespace, spec.target) if is_live(p)]
-        world = World(pods=pods)
+        """What the decision needs beyond the object: the target's pods as this pass read
+        them, and what the phase reads from storage and the analyzer Job."""
+        world = World(pods=[p for p in target_pods if is_live(p)], target_pods=target_pods)
         prefix = status.artifacts.prefix if status.artifacts else None
         if prefix is None or status.phase == "Pending":
             return world
@@ -302,27 +386,27 @@ class Reconciler:
             if status.phase == "Watching":
                 watch = status.watch.plan_id if status.watch else None
                 storage = _open_storage(f"{prefix}{WATCH_SUFFIX}")
-                return World(pods=pods, workers=_worker_statuses(storage, watch))
+                workers = _worker_statuses(storage, watch)
+                return replace(world, workers=workers, sent=_sent_plan(_open_storage(prefix)))
             storage = _open_storage(prefix)
             if status.phase == "Capturing":
                 workers = _worker_statuses(
                     storage, status.window.plan_id if status.window else None
                 )
-                stacks = _stack_dumps(prefix, status, pods)
-                return World(pods=pods, workers=workers, stacks=stacks)
+                stacks = _stack_dumps(prefix, status, world.pods)
+                return replace(world, workers=workers, stacks=stacks)
             raw_job = self.kube.get_job(namespace, job_name(name, uid))
             job = job_state(raw_job) if raw_job is not None else None
             if job is None or job.outcome != "succeeded":
-                return World(pods=pods, job=job)
+                return replace(world, job=job)
             try:
                 verdict = Verdict.model_validate_json(storage.get_text(layout.VERDICT))
             except StorageNotFound:
-                return World(
-                    pods=pods, job=job, verdict_error=f"{prefix}/{layout.VERDICT} is missing"
-                )
+                missing = f"{prefix}/{layout.VERDICT} is missing"
+                return replace(world, job=job, verdict_error=missing)
             except ValueError as exc:
-                return World(pods=pods, job=job, verdict_error=str(exc).splitlines()[0])
-            return World(pods=pods, job=job, verdict=verdict)
+                return replace(world, job=job, verdict_error=str(exc).splitlines()[0])
+            return replace(world, job=job, verdict=verdict)
         except StorageError as exc:
             raw_job = (
                 self.kube.get_job(namespace, job_name(name, uid))
@@ -330,7 +414,7 @@ class Reconciler:
                 else None
             )
             job = job_state(raw_job) if raw_job is not None else None
-            return World(pods=pods, job=job, storage_error=str(exc))
+            return replace(world, job=job, storage_error=str(exc))
 
     def _target_pods(self, namespace: str, target: Target) -> list[dict[str, Any]]:
         """The target's pods: the named pod, or the pods its selector matches."""
@@ -338,7 +422,7 @@ class Reconciler:
         if selector is None:
             assert target.name is not None
             pod = self.kube.get_pod(namespace, target.name)
-            return [pod] if pod is not None else []
+            return [slim_pod(pod)] if pod is not None else []
         return self.kube.list_pods(namespace, selector)
 
     def _send_plan(
@@ -348,13 +432,24 @@ class Reconciler:
         within seconds, then the plan annotation, which the kubelet projects into the
         downward-API file (the way for agents that do not follow storage, and the fallback).
         Returns the storage error, before any annotation is written: an agent that reads its
-        pod's object must never find an older plan there than the annotation's."""
+        pod's object must never find an older plan there than the annotation's. A pod whose
+        annotation holds this plan's id already has it (its object was written before the
+        annotation, and a plan id is sent with one content): one write each per plan."""
+        pods = [pod for pod in pods if plan_of(pod)[0] != plan.id]
+        if not pods:
+            return None
+        began = time.monotonic()
         error = self._write_pod_plans(namespace, pods, plan.to_json())
         if error is not None:
             log.warning("%s/%s: cannot write the pods' plan: %s", namespace, name, error)
             return error
+        written = time.monotonic()
         patch = plan_annotations(plan, name)
         self._patch_pods(namespace, [str(pod["metadata"]["name"]) for pod in pods], patch)
+        log.info(
+            "%s/%s: plan %s sent to %d pod(s): objects in %.1f s, annotations in %.1f s",
+            namespace, name, plan.id, len(pods), written - began, time.monotonic() - written,
+        )  # fmt: skip
         return None
 
     def _patch_pods(self, namespace: str, names: list[str], patch: dict[str, Any]) -> None:
@@ -371,15 +466,21 @@ class Reconciler:
     def _write_pod_plans(
         self, namespace: str, pods: list[dict[str, Any]], text: str | None
     ) -> str | None:
-        """Write (`text`) or delete (None) the plan objects of `pods`, a few at a time (one
-        request each: 1,000 pods take well under a second); the first storage error, if any."""
+        """Write (`text`) or delete (None) the plan objects of `pods`, POD_PLAN_WRITERS at a
+        time (one request each); the first storage error, if any. Each writer has a storage
+        client of its own: one client keeps a few connections, and requests beyond them would
+        each open and drop one."""
         if not pods or not self.config.storage:
             return None
-        storage = _open_storage(namespace_storage(self.config.storage, namespace))
+        uri = namespace_storage(self.config.storage, namespace)
         keys = [pod_plan_key(str(pod["metadata"]["uid"])) for pod in pods]
+        clients = threading.local()
 
         def write(key: str) -> str | None:
             try:
+                storage: Storage | None = getattr(clients, "storage", None)
+                if storage is None:
+                    storage = clients.storage = _open_storage(uri)
                 if text is None:
                     storage.delete(key)
                 else:
@@ -451,6 +552,18 @@ class Reconciler:
         return self._disarm(namespace, name, uid, status, pods, best_effort=True)
 
 
+ACTION_HANDLERS: dict[Action, Callable[[Reconciler, ActionStep], Decision | None]] = {
+    "watch": Reconciler._watch,
+    "record_trigger": Reconciler._record_trigger,
+    "arm": Reconciler._arm,
+    "stacks": Reconciler._stacks,
+    "collect_stacks": Reconciler._collect_stacks,
+    "disarm": Reconciler._disarm_all,
+    "launch_job": Reconciler._launch_job,
+}
+"""What each action of a decision does, in the order the decision lists them."""
+
+
 def _created(meta: dict[str, Any]) -> datetime | None:
     """The object's creationTimestamp."""
     try:
@@ -464,29 +577,54 @@ def spec_has_trigger(obj: dict[str, Any]) -> bool:
     return bool((obj.get("spec") or {}).get("trigger"))
 
 
+def _same_inputs(read: dict[str, Any], newer: dict[str, Any]) -> bool:
+    """Whether `newer` is `read` but for metadata a pass does not decide on: the same
+    generation, spec, status and deletion mark."""
+    old_meta, new_meta = read["metadata"], newer["metadata"]
+    return (
+        old_meta.get("uid") == new_meta.get("uid")
+        and old_meta.get("generation") == new_meta.get("generation")
+        and old_meta.get("deletionTimestamp") == new_meta.get("deletionTimestamp")
+        and read.get("spec") == newer.get("spec")
+        and (read.get("status") or {}) == (newer.get("status") or {})
+    )
+
+
+def _sent_plan(storage: Storage) -> Plan | None:
+    """The capture plan already in the capture's prefix (layout.PLAN), written by a pass that
+    armed but whose status write was lost; None when there is none."""
+    try:
+        return Plan.model_validate_json(storage.get_text(layout.PLAN))
+    except StorageNotFound:
+        return None
+    except ValueError:
+        log.warning("%s/%s is not a plan; ignored", storage.uri, layout.PLAN)
+        return None
+
+
 def _worker_statuses(storage: Storage, plan_id: str | None) -> dict[int, WorkerStatus]:
-    """Every worker's status.json of this plan (older plans' files are ignored)."""
-    keys: dict[str, int] = {}
+    """Every worker's status.json of this plan (older plans' files are ignored). One GET per
+    rank at every pass, through the storage's bulk read (S3: pipelined on kept-alive
+    connections), or 10,000 ranks take most of a minute."""
+    keys: list[str] = []
+    ranks: list[int] = []
     for key in storage.list(f"{layout.WORKERS}/"):
         rank = layout.rank_of_worker_key(key)
         if rank is not None and key.endswith(f"/{layout.STATUS}"):
-            keys[key] = rank
-
-    def read(key: str) -> WorkerStatus | None:
+            keys.append(key)
+            ranks.append(rank)
+    found: dict[int, WorkerStatus] = {}
+    for rank, key, data in zip(ranks, keys, storage.get_many(keys), strict=True):
+        if isinstance(data, StorageNotFound):
+            continue  # removed since the listing
+        if isinstance(data, StorageError):
+            raise data
         try:
-            return WorkerStatus.model_validate_json(storage.get_text(key))
-        except StorageNotFound:
-            return None
+            worker = WorkerStatus.model_validate_json(data)
         except ValueError:
             log.warning("%s/%s is not a worker status; ignored", storage.uri, key)
-            return None
-
-    # One GET per rank at every pass: a few at a time, or 10,000 ranks take most of a minute.
-    with ThreadPoolExecutor(max_workers=STATUS_READERS) as pool:
-        workers = list(pool.map(read, keys))
-    found: dict[int, WorkerStatus] = {}
-    for rank, worker in zip(keys.values(), workers, strict=True):
-        if worker is not None and worker.plan_id in (None, plan_id):
+            continue
+        if worker.plan_id in (None, plan_id):
             found[rank] = worker
     return found
 
@@ -500,7 +638,10 @@ def _open_storage(uri: str) -> Storage:
     recheck anyway, and one diagnosis' outage must not hold the recheck loop (sequential) for a
     minute; the condition StorageUnavailable then says so at once."""
     if uri.startswith("s3://"):
-        from perfdiag.storage.s3 import RETRY_SECONDS_VARIABLE, S3Storage
+        from perfdiag.storage.s3 import (  # minio: only when S3 is used
+            RETRY_SECONDS_VARIABLE,
+            S3Storage,
+        )
 
         env = dict(os.environ)
         env.setdefault(RETRY_SECONDS_VARIABLE, OPERATOR_S3_RETRY_SECONDS)

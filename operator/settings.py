@@ -29,6 +29,7 @@ DIFFBASE_KEY = "last-handled-configuration"
 PLAN_ANNOTATION = (
     f"{PREFIX}/plan"  # on target pods: the Plan JSON the hooks read (docs/design.md §3)
 )
+DIAGNOSIS_ANNOTATION = f"{PREFIX}/diagnosis"  # beside the plan: which PerfDiagnosis wrote it
 INJECT_LABEL = f"{PREFIX}/inject"  # "true" on a pod (template): the webhook injects perfdiag
 INJECTED_ANNOTATION = f"{PREFIX}/injected"  # set by the webhook: the perfdiag version injected
 COMPONENT = "perfdiag-operator"

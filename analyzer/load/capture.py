@@ -1,4 +1,6 @@
-"""Loading a capture (docs/design.md §3 layout) into one concatenated summary table.
+"""The capture the cross-worker stage reads (docs/design.md §3 layout), once loaded
+(analyzer/load/capture_folder.py, analyzer/load/kineto_source.py), and the notes one analysis of
+it gathers.
 
 Per-worker files are read in bulk by analyzer/load/worker_files.py; the summaries are concatenated
 into a single Arrow table so the cross-worker stage never loops over ranks.
@@ -6,37 +8,20 @@ into a single Arrow table so the cross-worker stage never loops over ranks.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
-from pydantic import BaseModel, ValidationError
 
-from perfdiag.analyzer.errors import NoCaptureError
-from perfdiag.analyzer.load.listing import (
-    WorkerListing,
-    parse_worker_folders,
-    parse_worker_keys,
-    stream_worker_keys,
-)
-from perfdiag.analyzer.load.worker_files import empty_summary, normalize_summary, read_worker_files
 from perfdiag.analyzer.load.worker_table import WorkerMetas, WorkerStatuses
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.plan import Plan
 from perfdiag.api.trigger import Slowdown
-from perfdiag.api.validation import validation_problems
-from perfdiag.storage import Storage, StorageError, StorageNotFound, layout
-
-Progress = Callable[[str], None]
-
-__all__ = ["Capture", "Progress", "empty_summary", "load_capture", "normalize_summary"]
+from perfdiag.storage import layout
 
 
 @dataclass
@@ -55,8 +40,10 @@ class Capture:
     plan: Plan | None = None
     trigger: Slowdown | None = None
     notes: list[str] = field(default_factory=list)
+    """What loading the capture found to say: the first of an analysis' notes (`Notes.of`)."""
     input_notes: list[str] = field(default_factory=list)
-    """The inputs the analysis could not use and why (also in `notes`): verdict.json's notes."""
+    """The inputs loading could not use and why (also in `notes`); the timeline adds those it
+    meets (analyzer/report/timeline.py)."""
     unreadable: dict[int, str] = field(default_factory=dict)
     """Ranks whose summary exists but cannot be read → why (they count as missing)."""
     collectives: pa.Table | None = None
@@ -109,128 +96,28 @@ class Capture:
             self.scratch = None
 
 
-def load_capture(storage: Storage, progress: Progress | None = None, jobs: int = 1) -> Capture:
-    """Read the capture under `storage`, or a folder of Kineto traces when there is none (read
-    `jobs` trace files at a time)."""
-    say = progress or (lambda _msg: None)
-    listing = _list_workers(storage, say)
-    plan_notes: list[str] = []
-    plan = _read_plan(storage, plan_notes)
-    files = None
-    if not isinstance(listing, WorkerListing) or listing.any_file():
-        files = read_worker_files(storage, listing, say)
-        listing = files.listing
-    notes = [*listing.notes, *plan_notes]
-    if files is None or not listing.any_file():
-        from perfdiag.analyzer.load.kineto_source import find_traces, load_kineto
+@dataclass
+class Notes:
+    """The notes of one analysis, gathered as its stages run: `shown` in the report; `inputs`,
+    the inputs the analysis could not use and why, in verdict.json's notes too."""
 
-        traces = [] if plan is not None else find_traces(storage)
-        if traces:
-            return load_kineto(storage, traces, say, jobs)
-        if plan is not None:
-            # What a run interrupted before any worker wrote a file leaves: nothing to analyse.
-            raise NoCaptureError(
-                f"no capture in {storage.uri}: {layout.PLAN} is there but no worker wrote a "
-                f"file under {layout.WORKERS}/ (the run was interrupted before the window?)"
-            )
-        looked = (
-            f"looked for {layout.PLAN}, {layout.WORKERS}/<rank>/{layout.SUMMARY} and Kineto "
-            "traces (*.json, *.json.gz)"
-        )
-        raise NoCaptureError(f"no capture in {storage.uri}: {'; '.join([looked, *notes])}")
-    notes += files.notes
-    return Capture(
-        source=storage.uri,
-        kind="capture",
-        summary=files.summary,
-        metas=files.metas,
-        statuses=files.statuses,
-        stacks=files.stacks,
-        flight_recorders=files.flight_recorders,
-        plan=plan,
-        trigger=_read_trigger(storage, notes),
-        notes=notes,
-        input_notes=list(notes),
-        unreadable=files.unreadable,
-        hardware_ranks=listing.ranks_with(layout.HARDWARE),
-        event_ranks=listing.ranks_with(layout.EVENTS),
-    )
+    shown: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, capture: Capture) -> Notes:
+        """The notes of an analysis of `capture`, starting with what loading it found."""
+        return cls(list(capture.notes), list(capture.input_notes))
 
-def _list_workers(storage: Storage, say: Progress) -> WorkerListing | Iterator[WorkerListing]:
-    """The worker folders of the capture. A local folder: the folders only (their files are
-    listed by the pool that reads them, side by side). Else every key under workers/, in parts
-    as the storage lists them (S3: 1,000 keys a request), so that the workers of the first
-    parts are read while the next are listed; an empty listing is one empty part."""
-    started = time.monotonic()
-    folder_uri = storage.uri_of(layout.WORKERS)
-    names = storage.list_names(layout.WORKERS)
-    if names is not None:
-        listing = parse_worker_folders(names, folder_uri)
-        if len(listing):
-            say(f"listed {len(listing):,} worker folders in {time.monotonic() - started:.1f} s")
-        return listing
-    pages = _ListingClock(storage.list_pages(f"{layout.WORKERS}/"), say)
-    parts = stream_worker_keys(pages, folder_uri)
-    first = next(parts, None)
-    if first is None:
-        return parse_worker_keys([], folder_uri)
-    return itertools.chain([first], parts)
+    def add(self, *notes: str) -> None:
+        """Notes for the report."""
+        self.shown.extend(notes)
 
+    def add_first(self, note: str) -> None:
+        """A note the report says before the others (the host's condition)."""
+        self.shown.insert(0, note)
 
-class _ListingClock(Iterator[list[str]]):
-    """The pages of a listing, with the time spent waiting for them said at the end (the
-    listing goes on side by side with the reading: its own time is that wait)."""
-
-    def __init__(self, pages: Iterator[list[str]], say: Progress) -> None:
-        self.pages, self.say = pages, say
-        self.waited = 0.0
-        self.keys = 0
-        self.count = 0
-
-    def __next__(self) -> list[str]:
-        started = time.monotonic()
-        try:
-            page = next(self.pages)
-        except StopIteration:
-            self.waited += time.monotonic() - started
-            if self.keys:
-                self.say(
-                    f"listed {self.keys:,} files in {self.count:,} page(s): {self.waited:.1f} s "
-                    "of listing, side by side with the reading"
-                )
-            raise
-        self.waited += time.monotonic() - started
-        self.keys += len(page)
-        self.count += 1
-        return page
-
-
-def _read_trigger(storage: Storage, notes: list[str]) -> Slowdown | None:
-    # Like the plan: it labels the verdict, the capture stands without it.
-    return _read_optional(storage, layout.TRIGGER, Slowdown, notes)
-
-
-def _read_plan(storage: Storage, notes: list[str]) -> Plan | None:
-    # The plan only labels the report; a capture with an odd plan is still analysable.
-    return _read_optional(storage, layout.PLAN, Plan, notes)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _read_optional(storage: Storage, key: str, model: type[M], notes: list[str]) -> M | None:
-    """The document `key`, or None when it is absent or unusable (then a note says why)."""
-    origin = storage.uri_of(key)
-    try:
-        text = storage.get_bytes(key)
-    except StorageNotFound:
-        return None
-    except StorageError as exc:
-        notes.append(f"ignored {origin}: {exc}")
-        return None
-    try:
-        return model.model_validate_json(text)
-    except ValidationError as exc:
-        notes.append(f"ignored {origin}: {validation_problems(exc, limit=1)}")
-        return None
+    def add_input(self, note: str) -> None:
+        """An input the analysis could not use (once, however many readers met it)."""
+        if note not in self.inputs:
+            self.inputs.append(note)

@@ -17,15 +17,20 @@ from pathlib import Path
 import pyarrow as pa
 
 from perfdiag.analyzer.errors import CaptureError, NoCaptureError
-from perfdiag.analyzer.load.capture import Capture, empty_summary, normalize_summary
+from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.collective_calls import collective_calls, empty_collectives
 from perfdiag.analyzer.load.timeline_events import keep_timeline_events
+from perfdiag.analyzer.load.worker_files import empty_summary, normalize_summary
 from perfdiag.analyzer.load.worker_table import WorkerMetas
 from perfdiag.api.breakdown import RankBreakdown
 from perfdiag.api.limits import rank_problem
 from perfdiag.api.schema import WorkerMeta
 from perfdiag.api.taxonomy import same_columns
 from perfdiag.engine.allocator import release_memory, system_allocator
+from perfdiag.engine.breakdown import gpu_breakdown
+from perfdiag.engine.kineto import TraceError, read_kineto
+from perfdiag.engine.kineto.events import rank_from_name
+from perfdiag.engine.summary import summarize
 from perfdiag.storage import Storage, layout
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -80,8 +85,6 @@ def _load(
     kept: dict[int, Path],
     jobs: int,
 ) -> Capture:
-    from perfdiag.engine.kineto.events import rank_from_name
-
     tables: dict[int, pa.Table] = {}
     metas: dict[int, WorkerMeta] = {}
     files: dict[int, str] = {}
@@ -160,10 +163,6 @@ def _import(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | st
 
 
 def _import_file(storage: Storage, key: str, tmp: Path, keep: Path) -> _Imported | str:
-    from perfdiag.engine.breakdown import gpu_breakdown
-    from perfdiag.engine.kineto import TraceError, read_kineto
-    from perfdiag.engine.summary import summarize
-
     local = storage.local_path(key)
     path = local or tmp / key.replace("/", "_")
     if local is None:

@@ -11,7 +11,7 @@ from perfdiag.analyzer.compare.peers import PeerGroups
 from perfdiag.analyzer.findings.fusion import Fusion
 from perfdiag.analyzer.findings.reported import Reported
 from perfdiag.analyzer.findings.rules import RangeViolation
-from perfdiag.analyzer.load.capture import Capture
+from perfdiag.analyzer.load.capture import Capture, Notes
 from perfdiag.analyzer.load.workers import WorkerAccount
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.api.thresholds import Thresholds
@@ -37,5 +37,8 @@ class Analysis:
     """Whole-job efficiency against expected ranges: shown, never a reason for `degraded`."""
     below_threshold: list[Reported]
     has_gpu: bool
+    notes: Notes
+    """What the analysis could not use or left out, as its stages said it: the report's notes
+    (`shown`) and verdict.json's (`inputs`)."""
     verdict: Verdict
     collectives: CollectiveAnalysis | None = None

@@ -71,7 +71,7 @@ def render_report(analysis: Analysis) -> str:
         below=[_finding_row(item) for item in below],
         below_count=len(analysis.below_threshold),
         report_severity=pct(analysis.thresholds.report_severity),
-        notes=analysis.capture.notes,
+        notes=analysis.notes.shown,
         thresholds=json.dumps(analysis.thresholds.model_dump(by_alias=True), indent=2),
         has_gpu=analysis.has_gpu,
         peer_groups=analysis.groups.basis,

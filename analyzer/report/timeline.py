@@ -223,14 +223,14 @@ def _raw_table(analysis: Analysis, storage: Storage, rank: int) -> pa.Table | No
         data = storage.get_bytes(layout.worker_key(rank, layout.EVENTS))
     except StorageNotFound:
         return None
+    # Imported here: the timeline of a folder of Kineto traces never loads pyarrow.parquet.
     from perfdiag.engine.parquet_io import table_from_bytes
 
     try:
         return timeline_events(table_from_bytes(data))
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         note = f"ignored {storage.uri_of(layout.worker_key(rank, layout.EVENTS))}: {exc}"
-        if note not in capture.input_notes:
-            capture.input_notes.append(note)  # run_analysis adds it to the verdict's notes
+        analysis.notes.add_input(note)  # run_analysis adds it to the verdict's notes
         return None
 
 

@@ -158,7 +158,13 @@ def build_verdict(
     reported: list[Reported],
     thresholds: Thresholds,
     observations: Sequence[Reported] = (),
+    *,
+    input_notes: Sequence[str] = (),
+    host_note: str | None = None,
 ) -> Verdict:
+    """verdict.json, once everything it says is known: `input_notes`, the inputs the analysis
+    could not use (analyzer/load/capture.py `Notes.inputs`); `host_note`, the host's CPU
+    condition that names no rank (analyzer/signals/cpu_cause.py), said in the summary too."""
     status = status_of(account, [r for r in reported if r.finding.kind != "hang"])
     if account.stuck:
         status = "hang"
@@ -167,17 +173,24 @@ def build_verdict(
         capture, account, [rank for r in ordered for rank in r.finding.ranks]
     )
     window = window_info(capture, steps, [w.rank for w in workers] if ranges else None)
+    sentence = summary_sentence(status, account, reported, window, thresholds)
+    host = [host_note] if host_note is not None else []
+    fired = (
+        [f"Captured on a slowdown: {capture.trigger.describe()}."]
+        if capture.trigger is not None
+        else []
+    )
     verdict = Verdict(
         status=status,
-        summary=summary_sentence(status, account, reported, window, thresholds)
-        + _observed(observations),
+        summary=" ".join([sentence + _observed(observations), *host]),
+        trigger=capture.trigger,
         window=window,
         workers=workers,
         worker_ranges=ranges,
         missing=missing_ranges(account),
         findings=[bounded_ranks(r.finding) for r in reported],
         observations=[bounded_ranks(r.finding) for r in observations],
-        notes=input_notes(capture),
+        notes=[*fired, *host, *input_notes, *unreadable_notes(capture)],
     )
     return verdict.sorted()
 
@@ -197,12 +210,11 @@ def bounded_ranks(finding: Finding) -> Finding:
     return finding.model_copy(update={"ranks": ranks[:MAX_FINDING_RANKS], "evidence": evidence})
 
 
-def input_notes(capture: Capture) -> list[str]:
-    """Every input the analysis could not use, and why."""
+def unreadable_notes(capture: Capture) -> list[str]:
+    """The ranks whose summary exists but could not be read, and why."""
     # A Kineto folder's unreadable traces are among the input notes already.
-    unreadable = [
+    return [
         f"rank {rank} not analysed: {why}"
         for rank, why in capture.unreadable.items()
         if rank not in capture.metas and capture.kind == "capture"
     ]
-    return [*capture.input_notes, *unreadable]

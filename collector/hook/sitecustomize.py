@@ -14,6 +14,8 @@ def _install_perfdiag_hook() -> None:
     if not (os.environ.get("PERFDIAG_SPOOL") and os.environ.get("PERFDIAG_PLAN")):
         return
     try:
+        # Only now: every Python process started with this folder on PYTHONPATH runs this
+        # file, and one without both variables must not load the hook.
         from perfdiag.collector import hook
 
         hook.install()

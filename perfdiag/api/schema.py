@@ -4,66 +4,14 @@ Every Parquet file perfdiag writes carries, in its Arrow schema metadata:
   b"perfdiag.schema" → the schema id below (e.g. b"perfdiag.summary/v1")
   b"perfdiag.worker" → `WorkerMeta` as JSON (rank, host, pod, the window it belongs to)
 
+Each file's columns are declared once, with what each holds in its field metadata
+(b"description"): EVENTS_COLUMNS, SUMMARY_COLUMNS, HARDWARE_COLUMNS (`column_descriptions` reads
+them). The schemas tables are built with and files are written with (EVENTS_SCHEMA, …) are those
+columns without their descriptions: a worker's summary.parquet is a few KB, read once per worker
+by the cross-worker analysis, and the descriptions would add a quarter to every file.
+
 Version rule: adding a nullable column keeps the version; renaming, removing or changing the
 meaning of a column bumps it, and readers reject versions they do not know.
-
-events.parquet  (perfdiag.events/v1) — one row per complete event of the window
-  rank          int32    global rank
-  name          string   event name (kernel, aten op, Python frame "file.py(12): fn", …)
-  category      string   taxonomy category (docs/design.md §4): one of `CATEGORIES` below
-  kineto_cat    string   the source category as Kineto wrote it ("kernel", "cpu_op", …; "gc"
-                         for the hook's own GC records)
-  ts_ns         int64    start, nanoseconds on the trace clock
-  dur_ns        int64    duration, nanoseconds (≥ 0)
-  pid           int64    Kineto pid (process, or GPU device for device events)
-  tid           int64    Kineto tid (thread, or stream for device events)
-  device        int32    GPU index for device events, null on the host
-  stream        int64    CUDA stream for device events, null on the host
-  step          int32    index of the window step containing ts_ns (0-based), -1 outside
-  correlation   int64    Kineto correlation id (launch ↔ kernel), null when absent
-  collective    string   collective name from record_param_comms / NCCL kernels, else null
-  msg_bytes     int64    bytes moved by that collective (input size), else null
-  group_size    int32    process-group size of that collective, else null
-  pg_name       string   process-group name/id, else null
-  seq           int64    collective sequence number within its group, else null: the order of
-                         that kind of call (record_param_comms op, NCCL kernel, gloo annotation)
-                         within its process group over the worker's whole trace, or Kineto's
-                         own `Seq` argument (the process group's counter) where the trace has it
-  dtype         string   element type of that collective as the profiler names it ("Float"), else
-                         null (added in v1, nullable)
-  pg_ranks      string   global ranks of its process group as Kineto writes them ("[0, 1]"; PyTorch
-                         may shorten long lists), else null (added in v1, nullable)
-  out_msg_bytes int64    bytes that collective outputs (`Out msg nelems` × element size), else null
-                         (added in v1, nullable)
-
-summary.parquet (perfdiag.summary/v1) — one row per (function, category) of the worker: the
-behavior pattern of docs/design.md §4. Small by construction: functions under a β floor are folded
-into one "<other>" row per category.
-  rank            int32
-  function        string   function name ("<idle>" for time nothing ran, category "idle")
-  category        string   taxonomy category, or "idle"
-  beta            float64  time charged to it on the critical path / window time
-  time_ms         float64  that charged time, ms, over the whole window
-  count           int64    executions in the window
-  wall_ms         float64  summed inclusive duration of its executions, ms
-  dur_median_us   float64  median execution duration, µs
-  dur_p95_us      float64  95th percentile execution duration, µs
-  resource        string   what governs it ("cpu", "bus_bandwidth_GBps", "sm_clock_MHz"…), or null
-  resource_mu     float64  mean of that resource inside its executions, or null
-  resource_sigma  float64  standard deviation of it, or null
-  beta_per_step   list<float32>  β within each window step (time charged / step duration)
-
-hardware.parquet (perfdiag.hardware/v1) — samples taken by the agent's hardware sampler
-(perfdiag.collector.hardware) while the window was open; long format, one row per sample of
-one metric of one device (docs/hardware.md lists the metrics, units and rates).
-  rank      int32    global rank of the worker the file belongs to
-  ts_ns     int64    when the sample was read: Unix-epoch ns of the host's real-time clock
-                     (the Kineto trace clock on the same host)
-  metric    string   "sm_clock_mhz", "net_rx_bytes", "cpu_run_ns", …
-  device    string   "gpu<i>" (NVML index), "net:<interface>", "cpu" / "cpu<n>", "rank<r>" (the
-                     worker's process), "host"
-  value     float64  the reading (counters as read: cumulative)
-  counter   bool     true for cumulative counters (bytes, jiffies, ns): use differences
 """
 
 from __future__ import annotations
@@ -92,60 +40,153 @@ IDLE = "idle"
 OTHER_FUNCTION = "<other>"
 IDLE_FUNCTION = "<idle>"
 
-EVENTS_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("name", pa.string()),
-        ("category", pa.string()),
-        ("kineto_cat", pa.string()),
-        ("ts_ns", pa.int64()),
-        ("dur_ns", pa.int64()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("device", pa.int32()),
-        ("stream", pa.int64()),
-        ("step", pa.int32()),
-        ("correlation", pa.int64()),
-        ("collective", pa.string()),
-        ("msg_bytes", pa.int64()),
-        ("group_size", pa.int32()),
-        ("pg_name", pa.string()),
-        ("seq", pa.int64()),
-        ("dtype", pa.string()),
-        ("pg_ranks", pa.string()),
-        ("out_msg_bytes", pa.int64()),
-    ]
-)
-
-SUMMARY_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("function", pa.string()),
-        ("category", pa.string()),
-        ("beta", pa.float64()),
-        ("time_ms", pa.float64()),
-        ("count", pa.int64()),
-        ("wall_ms", pa.float64()),
-        ("dur_median_us", pa.float64()),
-        ("dur_p95_us", pa.float64()),
-        ("resource", pa.string()),
-        ("resource_mu", pa.float64()),
-        ("resource_sigma", pa.float64()),
-        ("beta_per_step", pa.list_(pa.float32())),
-    ]
-)
+DESCRIPTION = b"description"
+"""The field-metadata key of a column's description."""
 
 
-HARDWARE_SCHEMA = pa.schema(
+def _column(name: str, type_: pa.DataType, description: str) -> pa.Field:
+    return pa.field(name, type_, metadata={DESCRIPTION: description.encode()})
+
+
+def column_descriptions(schema: pa.Schema) -> dict[str, str]:
+    """Each column of `schema` → its description ("" where it has none)."""
+    return {field.name: (field.metadata or {}).get(DESCRIPTION, b"").decode() for field in schema}
+
+
+def _stored(columns: pa.Schema) -> pa.Schema:
+    """The columns as tables and files hold them: without their descriptions."""
+    return pa.schema([field.remove_metadata() for field in columns])
+
+
+_COLLECTIVE = (
+    "of the collective call (record_param_comms, NCCL kernels, gloo annotations), else null"
+)
+
+EVENTS_COLUMNS = pa.schema(
     [
-        ("rank", pa.int32()),
-        ("ts_ns", pa.int64()),
-        ("metric", pa.string()),
-        ("device", pa.string()),
-        ("value", pa.float64()),
-        ("counter", pa.bool_()),
+        _column("rank", pa.int32(), "global rank"),
+        _column(
+            "name", pa.string(), 'event name: kernel, aten op, Python frame "file.py(12): fn", …'
+        ),
+        _column(
+            "category", pa.string(), "taxonomy category (docs/design.md §4): one of CATEGORIES"
+        ),
+        _column(
+            "kineto_cat",
+            pa.string(),
+            'the source category as Kineto wrote it ("kernel", "cpu_op", …; "gc" for the '
+            "hook's GC records)",
+        ),
+        _column("ts_ns", pa.int64(), "start, ns on the trace clock"),
+        _column("dur_ns", pa.int64(), "duration, ns (≥ 0)"),
+        _column("pid", pa.int64(), "Kineto pid: the process, or the GPU device for device events"),
+        _column("tid", pa.int64(), "Kineto tid: the thread, or the stream for device events"),
+        _column("device", pa.int32(), "GPU index for device events, null on the host"),
+        _column("stream", pa.int64(), "CUDA stream for device events, null on the host"),
+        _column(
+            "step", pa.int32(), "index of the window step containing ts_ns (0-based), -1 outside"
+        ),
+        _column(
+            "correlation", pa.int64(), "Kineto correlation id (launch ↔ kernel), null when absent"
+        ),
+        _column("collective", pa.string(), f"collective name {_COLLECTIVE}"),
+        _column("msg_bytes", pa.int64(), f"bytes moved (input size) {_COLLECTIVE}"),
+        _column("group_size", pa.int32(), f"process-group size {_COLLECTIVE}"),
+        _column("pg_name", pa.string(), f"process-group name or id {_COLLECTIVE}"),
+        _column(
+            "seq",
+            pa.int64(),
+            "sequence number of that kind of call within its process group over the worker's "
+            "whole trace, or Kineto's own Seq argument (the group's counter) where the trace has "
+            f"it; {_COLLECTIVE}",
+        ),
+        _column(
+            "dtype", pa.string(), f'element type as the profiler names it ("Float") {_COLLECTIVE}'
+        ),
+        _column(
+            "pg_ranks",
+            pa.string(),
+            f'global ranks of the process group as Kineto writes them ("[0, 1]"; PyTorch may '
+            f"shorten long lists) {_COLLECTIVE}",
+        ),
+        _column(
+            "out_msg_bytes",
+            pa.int64(),
+            f"bytes output (Out msg nelems × element size) {_COLLECTIVE}",
+        ),
     ]
 )
+"""events.parquet (perfdiag.events/v1): one row per complete event of the window."""
+EVENTS_SCHEMA = _stored(EVENTS_COLUMNS)
+
+SUMMARY_COLUMNS = pa.schema(
+    [
+        _column("rank", pa.int32(), "global rank"),
+        _column(
+            "function",
+            pa.string(),
+            'function name; "<idle>" for time nothing ran, "<other>" folds small ones',
+        ),
+        _column("category", pa.string(), 'taxonomy category, or "idle"'),
+        _column("beta", pa.float64(), "time charged to it on the critical path / window time"),
+        _column("time_ms", pa.float64(), "that charged time, ms, over the whole window"),
+        _column("count", pa.int64(), "executions in the window"),
+        _column("wall_ms", pa.float64(), "summed inclusive duration of its executions, ms"),
+        _column("dur_median_us", pa.float64(), "median execution duration, µs"),
+        _column("dur_p95_us", pa.float64(), "95th percentile execution duration, µs"),
+        _column(
+            "resource",
+            pa.string(),
+            'what governs it ("cpu", "bus_bandwidth_GBps", "sm_clock_MHz", …), or null',
+        ),
+        _column(
+            "resource_mu", pa.float64(), "mean of that resource inside its executions, or null"
+        ),
+        _column("resource_sigma", pa.float64(), "standard deviation of that resource, or null"),
+        _column(
+            "beta_per_step",
+            pa.list_(pa.float32()),
+            "β within each window step (time charged / step duration)",
+        ),
+    ]
+)
+"""summary.parquet (perfdiag.summary/v1): one row per (function, category) of the worker, the
+behavior pattern of docs/design.md §4. Small by construction: functions under a β floor are
+folded into one OTHER_FUNCTION row per category."""
+SUMMARY_SCHEMA = _stored(SUMMARY_COLUMNS)
+
+HARDWARE_COLUMNS = pa.schema(
+    [
+        _column("rank", pa.int32(), "global rank of the worker the file belongs to"),
+        _column(
+            "ts_ns",
+            pa.int64(),
+            "when the sample was read: Unix-epoch ns of the host's real-time clock (the Kineto "
+            "trace clock on the same host)",
+        ),
+        _column(
+            "metric",
+            pa.string(),
+            '"sm_clock_mhz", "net_rx_bytes", "cpu_run_ns", … (docs/hardware.md)',
+        ),
+        _column(
+            "device",
+            pa.string(),
+            '"gpu<i>" (NVML index), "net:<interface>", "cpu" / "cpu<n>", "rank<r>" (the '
+            'worker\'s process), "host"',
+        ),
+        _column("value", pa.float64(), "the reading (counters as read: cumulative)"),
+        _column(
+            "counter",
+            pa.bool_(),
+            "true for cumulative counters (bytes, jiffies, ns): use differences",
+        ),
+    ]
+)
+"""hardware.parquet (perfdiag.hardware/v1): samples of the agent's hardware sampler
+(perfdiag.collector.hardware) while the window was open; long format, one row per sample of one
+metric of one device (docs/hardware.md lists the metrics, units and rates)."""
+HARDWARE_SCHEMA = _stored(HARDWARE_COLUMNS)
 
 
 class WindowMeta(BaseModel):

@@ -22,9 +22,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from perfdiag import __version__
 from perfdiag.local.errors import CliError, CliInterrupted
+from perfdiag.storage import Storage, StorageError, open_storage
 
-# Modules in perfdiag.cli, each exposing `add_parser(subparsers)` and `main(args)`.
+# Modules in perfdiag.cli, each exposing `add_parser(subparsers)`, which adds the command's
+# parser, and `main(args)`, which runs it.
 COMMANDS: tuple[str, ...] = ("run", "analyze", "demo", "agent", "crd", "operator")
 
 
@@ -35,13 +38,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="perfdiag",
         description="Find out why distributed PyTorch training is slow or stuck.",
     )
-    from perfdiag import __version__
-
     parser.add_argument("--version", action="version", version=f"perfdiag {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMANDS if only is None else (only,):
-        importlib.import_module(f"perfdiag.cli.{module_name}").add_parser(sub)
+        module = importlib.import_module(f"perfdiag.cli.{module_name}")
+        module.add_parser(sub)
+        sub.choices[module_name].set_defaults(handler=module.main)
     return parser
+
+
+def storage_at(uri: str) -> Storage:
+    """The storage at `uri` (perfdiag.storage.open_storage); a bad URI or an unreachable
+    store is the command's error (exit code 1)."""
+    try:
+        return open_storage(uri)
+    except StorageError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

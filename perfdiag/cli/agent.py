@@ -11,9 +11,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from perfdiag.cli import storage_at
+from perfdiag.collector.agent import run_agent
+from perfdiag.collector.pod_plan import DEFAULT_POLL_S, PodPlanFollower
 from perfdiag.local.errors import CliError
 
-DEFAULT_PLAN_POLL_S = 5.0  # perfdiag.collector.pod_plan.DEFAULT_POLL_S (not imported: CLI start-up)
 MAX_PLAN_POLL_S = 20.0
 
 
@@ -58,8 +60,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--plan-poll",
         type=float,
-        default=DEFAULT_PLAN_POLL_S,
-        help=f"seconds between reads of the pod's plan (default {DEFAULT_PLAN_POLL_S:g})",
+        default=DEFAULT_POLL_S,
+        help=f"seconds between reads of the pod's plan (default {DEFAULT_POLL_S:g})",
     )
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between spool scans")
     parser.add_argument(
@@ -70,7 +72,6 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--once", action="store_true", help="one pass over the spool, then exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every upload")
-    parser.set_defaults(handler=main)
 
 
 def _env_path(name: str) -> Path | None:
@@ -79,9 +80,6 @@ def _env_path(name: str) -> Path | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perfdiag.collector.agent import run_agent
-    from perfdiag.storage import StorageError, open_storage
-
     if args.poll <= 0 or args.heartbeat <= 0 or args.plan_poll <= 0:
         raise CliError("--poll, --heartbeat and --plan-poll must be positive")
     if args.plan_poll > MAX_PLAN_POLL_S:
@@ -91,10 +89,7 @@ def main(args: argparse.Namespace) -> int:
         if args.once:
             raise CliError(f"spool folder {args.spool} does not exist")
         args.spool.mkdir(parents=True, exist_ok=True)  # the hook may create ranks later
-    try:
-        storage = open_storage(args.storage)
-    except StorageError as exc:
-        raise CliError(str(exc)) from exc
+    storage = storage_at(args.storage)
     logging.basicConfig(
         level=logging.INFO if args.verbose or not args.once else logging.WARNING,
         format="%(asctime)s perfdiag-agent %(levelname)s %(message)s",
@@ -109,8 +104,6 @@ def main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, request_stop)
     pod_plan = None
     if args.pod_uid:
-        from perfdiag.collector.pod_plan import PodPlanFollower
-
         pod_plan = PodPlanFollower(storage, args.pod_uid, args.spool, poll_s=args.plan_poll)
     state = run_agent(
         args.spool,

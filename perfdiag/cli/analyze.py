@@ -8,18 +8,21 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pydantic import ValidationError
+
+from perfdiag.analyzer import analyze
+from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
 from perfdiag.api.limits import MAX_RANKS
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.validation import validation_problems
+from perfdiag.cli import storage_at
 from perfdiag.local.errors import CliError, CliInterrupted
 from perfdiag.local.progress import Progress
 from perfdiag.local.terminal import safe_json, safe_text
 from perfdiag.local.verdict_text import render_verdict
-from perfdiag.storage import Storage, StorageError, open_storage
-
-if TYPE_CHECKING:
-    from perfdiag.api.thresholds import Thresholds
+from perfdiag.storage import Storage, StorageError
 
 EXIT_NO_CAPTURE = 5
 MAX_JOBS = 256
@@ -65,7 +68,6 @@ def add_parser(subparsers: Any) -> None:
         "with the memory of N files",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    parser.set_defaults(handler=main)
 
 
 def _count(what: str, most: int, see: str = "") -> Callable[[str], int]:
@@ -121,11 +123,8 @@ def _install(signum: int, handler: Any) -> Any:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from perfdiag.analyzer import analyze
-    from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
-
     source = _open_source(args.source)
-    out = _open(args.out) if args.out else None
+    out = storage_at(args.out) if args.out else None
     expected = list(range(args.expected_ranks)) if args.expected_ranks else None
     thresholds = _thresholds(args.thresholds) if args.thresholds else None
     shown = Progress(quiet=args.quiet)
@@ -158,10 +157,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _thresholds(text: str) -> Thresholds:
-    from pydantic import ValidationError
-
-    from perfdiag.api.thresholds import Thresholds
-
     try:
         return Thresholds.model_validate_json(text)
     except ValidationError as exc:
@@ -175,11 +170,4 @@ def _open_source(text: str) -> Storage:
             raise CliError(f"{text} does not exist")
         if not path.is_dir():
             raise CliError(f"{text} is not a folder (give the capture folder or a traces folder)")
-    return _open(text)
-
-
-def _open(text: str) -> Storage:
-    try:
-        return open_storage(text)
-    except StorageError as exc:
-        raise CliError(str(exc)) from exc
+    return storage_at(text)

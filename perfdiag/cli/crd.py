@@ -28,10 +28,11 @@ def add_parser(subparsers: Any) -> None:
         metavar="FILE",
         help="write to FILE instead of standard output ('-', the default)",
     )
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    # Here, not at the top: rendering builds the PerfDiagnosis models (0.1 s), which
+    # `perfdiag --help`, loading every command's module, would spend too.
     from perfdiag.api.crd import render_crd_yaml
 
     text = render_crd_yaml()

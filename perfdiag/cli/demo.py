@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdiag.api import Verdict
+from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.trigger import SlowdownRule
 from perfdiag.cli.run import add_capture_options, print_verdict, run_training, window_settings
 from perfdiag.local.demo.scenarios import (
@@ -26,6 +27,7 @@ from perfdiag.local.demo.scenarios import (
 from perfdiag.local.errors import CliError
 from perfdiag.local.output import Output, default_out, open_output
 from perfdiag.local.progress import Progress
+from perfdiag.local.torchrun import LaunchTarget
 from perfdiag.local.window import WindowSettings
 
 EXIT_DIAGNOSIS_MISMATCH = 6
@@ -80,7 +82,6 @@ def add_parser(subparsers: Any) -> None:
         help="train at least S seconds (default: long enough for the window)",
     )
     add_capture_options(parser)
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -123,9 +124,6 @@ def _run_demo(
     script_args: list[str],
     stop_file: Path,
 ) -> int:
-    from perfdiag.api.thresholds import Thresholds
-    from perfdiag.local.torchrun import LaunchTarget
-
     storage = output.storage
 
     target = LaunchTarget(

@@ -59,10 +59,10 @@ def add_parser(subparsers: Any) -> None:
         "installed); default: standalone, for a single replica",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    # Imported here: kopf and the operator stay out of `perfdiag --help` and the other commands.
     import kopf
 
     from perfdiag.operator import handlers  # noqa: F401  (registers the handlers with kopf)

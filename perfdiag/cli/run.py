@@ -4,6 +4,7 @@ window on all ranks, print the verdict (docs/cli.md)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from perfdiag.local.errors import CliError
 from perfdiag.local.hang import EXIT_HANG
 from perfdiag.local.output import Output, default_out, open_output
 from perfdiag.local.progress import Progress
+from perfdiag.local.runner import LocalRun, run_local
 from perfdiag.local.target_check import check_target
 from perfdiag.local.torchrun import (
     LaunchTarget,
@@ -166,7 +168,6 @@ def add_parser(subparsers: Any) -> None:
         metavar="SCRIPT [ARGS]",
         help="the training script and its arguments (or a module with -m)",
     )
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -208,8 +209,6 @@ def run_training(
 ) -> None:
     """Run the training (`argv`: the torchrun command) to its end with the capture
     `settings`, as the options shared by `run` and `demo` ask, into `output`."""
-    from perfdiag.local.runner import LocalRun, run_local
-
     run = LocalRun(
         torchrun_argv=argv,
         target=target,
@@ -260,8 +259,6 @@ def print_verdict(verdict: Verdict, args: argparse.Namespace, location: str) -> 
 
 
 def _require_torch() -> None:
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None:
         raise CliError(
             "torch is not installed in this Python environment; perfdiag runs the training "

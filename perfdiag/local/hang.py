@@ -23,6 +23,7 @@ from perfdiag.api.stall import (
     stuck_ranks,
 )
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector.agent import blocked_in, upload_stacks
 from perfdiag.collector.hook import spool
 from perfdiag.local.progress import Progress
 from perfdiag.storage import Storage, layout
@@ -92,8 +93,6 @@ def collect_stacks(
 ) -> Plan:
     """Ask every rank for its stacks, wait for the dumps, and write each rank's stacks.json
     (Flight Recorder dump too, when there is one) and status.json (its progress as of now)."""
-    from perfdiag.collector.agent import upload_stacks
-
     plan = Plan.new(action="stacks", steps=1, timeout_s=max(wait_s * 4, 60.0))
     plan.write_atomic(plan_path)
     if write_plan_to_storage:
@@ -127,8 +126,6 @@ def _write_status(
     plan_id: str,
 ) -> None:
     """status.json with the rank's progress now; a processed window's outcome is kept."""
-    from perfdiag.collector.agent import blocked_in
-
     beat = spool.read_json(spool.rank_dir(spool_dir, rank) / spool.HEARTBEAT)
     beat = beat if isinstance(beat, dict) else {}
     item = progress_from_mapping(rank, beat)

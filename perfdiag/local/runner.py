@@ -5,6 +5,7 @@ the training finish (docs/design.md §2 "Local")."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import tempfile
@@ -12,9 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
+from perfdiag.analyzer import analyze
+from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
 from perfdiag.api import Verdict
+from perfdiag.api.slowdown import SlowdownWatch
+from perfdiag.api.thresholds import Thresholds
+from perfdiag.collector.hookdir import materialize
 from perfdiag.local.errors import CliError, CliInterrupted
 from perfdiag.local.failure import training_failed_message
 from perfdiag.local.first_step import NO_STEPS_HINT
@@ -25,6 +31,7 @@ from perfdiag.local.output import Output, native_log_for, wrap_up_output
 from perfdiag.local.progress import Progress
 from perfdiag.local.torchrun import LaunchTarget
 from perfdiag.local.training import SignalForwarding, TrainingProcess
+from perfdiag.local.trigger import capture_on_slowdown, capture_storage, wait_for_slowdown
 from perfdiag.local.window import (
     Interrupted,
     TrainingEnded,
@@ -33,9 +40,6 @@ from perfdiag.local.window import (
     fitting_window,
 )
 from perfdiag.storage import Storage, StorageError, layout
-
-if TYPE_CHECKING:
-    from perfdiag.api.thresholds import Thresholds
 
 EXIT_TRAINING_FAILED = 3
 EXIT_WINDOW_INCOMPLETE = 4
@@ -63,6 +67,25 @@ class LocalRun:
 class RunResult:
     verdict: Verdict | None
     training_exit: int | None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A started run as its supervision sees it: what was asked, where the capture goes, how
+    progress and the verdict are shown, and the training and window it watches."""
+
+    run: LocalRun
+    storage: Storage
+    progress: Progress
+    on_verdict: Callable[[Verdict, str], None]
+    training: TrainingProcess
+    signals: SignalForwarding
+    window: WindowCoordinator
+
+    def on(self, window: WindowCoordinator) -> RunContext:
+        """The context of another window of the run (a capture on a slowdown: its own
+        storage)."""
+        return dataclasses.replace(self, window=window, storage=window.storage)
 
 
 def training_env(
@@ -110,8 +133,6 @@ def _launch(
     on_verdict: Callable[[Verdict, str], None],
     native_log: NativeLog | None,
 ) -> RunResult:
-    from perfdiag.collector.hookdir import materialize
-
     if run.spool_dir is not None and run.spool_dir.exists() and any(run.spool_dir.iterdir()):
         raise CliError(f"--spool {run.spool_dir} is not empty (old heartbeats would mislead)")
     with tempfile.TemporaryDirectory(prefix="perfdiag-") as tmp:
@@ -132,8 +153,9 @@ def _launch(
         window.launcher_pid = training.pid
         try:
             with SignalForwarding(training) as signals:
+                ctx = RunContext(run, storage, progress, on_verdict, training, signals, window)
                 try:
-                    return _supervise(run, storage, progress, on_verdict, training, signals, window)
+                    return _supervise(ctx)
                 except StorageError as exc:
                     # A failed capture is reported; the training it was meant to observe
                     # runs to its end untouched.
@@ -142,7 +164,7 @@ def _launch(
                         f"the capture cannot be written to {storage.uri} ({exc}); no verdict. "
                         "The training goes on to its end (Ctrl-C stops it)…"
                     )
-                    code = _wait_out(training, signals, progress)
+                    code = _wait_out(ctx)
                     raise CliError(
                         f"cannot write the capture to {storage.uri}: {exc} (the training ran "
                         f"to its end, exit code {code})"
@@ -151,15 +173,8 @@ def _launch(
             training.stop()
 
 
-def _supervise(
-    run: LocalRun,
-    storage: Storage,
-    progress: Progress,
-    on_verdict: Callable[[Verdict, str], None],
-    training: TrainingProcess,
-    signals: SignalForwarding,
-    window: WindowCoordinator,
-) -> RunResult:
+def _supervise(ctx: RunContext) -> RunResult:
+    run, window, training, signals = ctx.run, ctx.window, ctx.training, ctx.signals
     stall = run.settings.stall
     watch = HangWatch(window.spool_dir, stall) if stall is not None else None
 
@@ -174,18 +189,18 @@ def _supervise(
 
     window.check = check
     if run.settings.trigger is not None:
-        return _capture_on_slowdowns(run, storage, progress, on_verdict, training, signals, window)
+        return _capture_on_slowdowns(ctx)
     try:
         window.wait_for_ranks()
         window.collect()
     except Interrupted:
-        _stop_on_signal(training, signals, progress)
+        _stop_on_signal(ctx)
     except HangDetected as hang:
-        _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
+        _diagnose_hang(ctx, hang)
     except TrainingEnded as ended:
         window.after_training_exit()
         if ended.code != 0:
-            _partial_verdict(window, storage, progress, on_verdict)
+            _partial_verdict(ctx)
             raise _ended_error(ended.code, window, training) from None
         if window.state.missing or not window.state.captured:
             raise _ended_error(ended.code, window, training) from None
@@ -205,33 +220,22 @@ def _supervise(
         )
 
     try:
-        verdict = _analyze_window(run, window, storage, progress, check)
+        verdict = _analyze_window(ctx, check)
     except HangDetected as hang:
-        _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
+        _diagnose_hang(ctx, hang)
     if verdict is not None:
-        on_verdict(verdict, storage.uri)
-    _wait_for_training_end(
-        run, window, storage, progress, on_verdict, training, signals, watch, verdict is not None
-    )
+        ctx.on_verdict(verdict, ctx.storage.uri)
+    _wait_for_training_end(ctx, watch, had_verdict=verdict is not None)
     return RunResult(verdict=verdict, training_exit=0)
 
 
-def _wait_for_training_end(
-    run: LocalRun,
-    window: WindowCoordinator,
-    storage: Storage,
-    progress: Progress,
-    on_verdict: Callable[[Verdict, str], None],
-    training: TrainingProcess,
-    signals: SignalForwarding,
-    watch: HangWatch | None,
-    had_verdict: bool,
-) -> None:
+def _wait_for_training_end(ctx: RunContext, watch: HangWatch | None, *, had_verdict: bool) -> None:
     """After the last window: let the training finish, still diagnosing a hang."""
-    progress("waiting for the training to finish (Ctrl-C stops it)…")
+    training = ctx.training
+    ctx.progress("waiting for the training to finish (Ctrl-C stops it)…")
     while True:
-        if signals.received is not None:
-            _stop_on_signal(training, signals, progress)
+        if ctx.signals.received is not None:
+            _stop_on_signal(ctx)
         code = training.wait(0.5)
         if code is not None:
             break
@@ -241,10 +245,10 @@ def _wait_for_training_end(
         except HangDetected as hang:
             # A hang after the window: diagnosed on its own (the verdict above stays valid for
             # the window; the new verdict.json replaces it with the hang).
-            _diagnose_hang(run, window, storage, progress, on_verdict, training, hang)
+            _diagnose_hang(ctx, hang)
     if code != 0:
         raise CliError(
-            training_failed_message(code, training.tail.lines(), window.state.max_step_seen)
+            training_failed_message(code, training.tail.lines(), ctx.window.state.max_step_seen)
             + (
                 "\n(the verdict above was written before the training failed)"
                 if had_verdict
@@ -254,21 +258,11 @@ def _wait_for_training_end(
         )
 
 
-def _capture_on_slowdowns(
-    run: LocalRun,
-    storage: Storage,
-    progress: Progress,
-    on_verdict: Callable[[Verdict, str], None],
-    training: TrainingProcess,
-    signals: SignalForwarding,
-    window: WindowCoordinator,
-) -> RunResult:
+def _capture_on_slowdowns(ctx: RunContext) -> RunResult:
     """--on-slowdown: watch the ranks' step times; on each slowdown capture a window into
     <out>/capture-<n>/ and print its verdict, up to --max-captures times."""
-    from perfdiag.api.slowdown import SlowdownWatch
-    from perfdiag.local.trigger import capture_on_slowdown, capture_storage, wait_for_slowdown
-
-    settings = run.settings
+    window, progress, on_verdict = ctx.window, ctx.progress, ctx.on_verdict
+    settings = ctx.run.settings
     assert settings.trigger is not None
     slowdowns = SlowdownWatch(settings.trigger)
     stall = settings.stall
@@ -284,7 +278,7 @@ def _capture_on_slowdowns(
                 settings,
                 window.spool_dir,
                 window.plan_path,
-                capture_storage(storage, captures),
+                capture_storage(ctx.storage, captures),
                 progress,
                 window.check,
             )
@@ -294,21 +288,21 @@ def _capture_on_slowdowns(
             current.collect()
             in_flight = None
             if current.state.captured:
-                verdict = _analyze_window(run, current, current.storage, progress, window.check)
+                verdict = _analyze_window(ctx.on(current), window.check)
                 if verdict is not None:
                     on_verdict(verdict, current.storage.uri)
             assert plan.start_step is not None
             # The window's own steps are slower: the next baseline starts after them.
             slowdowns.restart(plan.start_step + settings.capture_steps + 1)
     except Interrupted:
-        _stop_on_signal(training, signals, progress)
+        _stop_on_signal(ctx)
     except HangDetected as hang:
-        _diagnose_hang(run, current, current.storage, progress, on_verdict, training, hang)
+        _diagnose_hang(ctx.on(current), hang)
     except TrainingEnded as ended:
         if in_flight is not None:
             in_flight.after_training_exit()
             if ended.code == 0 and in_flight.state.captured:
-                verdict = _analyze_window(run, in_flight, in_flight.storage, progress, lambda: None)
+                verdict = _analyze_window(ctx.on(in_flight), lambda: None)
                 if verdict is not None:
                     on_verdict(verdict, in_flight.storage.uri)
             elif ended.code == 0:
@@ -320,7 +314,7 @@ def _capture_on_slowdowns(
         if ended.code != 0:
             raise CliError(
                 training_failed_message(
-                    ended.code, training.tail.lines(), window.state.max_step_seen
+                    ended.code, ctx.training.tail.lines(), window.state.max_step_seen
                 ),
                 EXIT_TRAINING_FAILED,
             ) from None
@@ -331,8 +325,9 @@ def _capture_on_slowdowns(
                 f"slowdown over {settings.trigger.baseline_steps}-step means: nothing captured"
             )
         return RunResult(verdict=verdict, training_exit=0)
+    # The last window's hang is diagnosed into the run's own output.
     _wait_for_training_end(
-        run, current, storage, progress, on_verdict, training, signals, hangs, verdict is not None
+        dataclasses.replace(ctx, window=current), hangs, had_verdict=verdict is not None
     )
     return RunResult(verdict=verdict, training_exit=0)
 
@@ -361,15 +356,10 @@ def _ended_error(code: int, window: WindowCoordinator, training: TrainingProcess
     )
 
 
-def _analyze_window(
-    run: LocalRun,
-    window: WindowCoordinator,
-    storage: Storage,
-    progress: Progress,
-    check: Callable[[], None],
-) -> Verdict | None:
+def _analyze_window(ctx: RunContext, check: Callable[[], None]) -> Verdict | None:
     """The verdict of the window, or None on a node that leaves the analysis to rank 0's."""
-    state = window.state
+    run, storage, progress = ctx.run, ctx.storage, ctx.progress
+    state = ctx.window.state
     world = state.world_size or len(state.ranks)
     expected = list(range(world))
     if run.multi_node:
@@ -413,9 +403,6 @@ def _analyze(
     expected: list[int],
     thresholds: Thresholds | None = None,
 ) -> Verdict:
-    from perfdiag.analyzer import analyze
-    from perfdiag.analyzer.errors import AnalyzerError, NoCaptureError
-
     progress("analyzing…")
     try:
         return analyze(storage, progress=progress, expected_ranks=expected, thresholds=thresholds)
@@ -425,41 +412,33 @@ def _analyze(
         raise CliError(f"the analysis failed: {exc}") from exc
 
 
-def _partial_verdict(
-    window: WindowCoordinator,
-    storage: Storage,
-    progress: Progress,
-    on_verdict: Callable[[Verdict, str], None],
-) -> None:
+def _partial_verdict(ctx: RunContext) -> None:
     """The training died during the window: analyze the ranks that finished it, naming the
     others as missing (status incomplete)."""
-    state = window.state
+    state = ctx.window.state
     if state.plan is None or not state.captured:
         return
     if state.missing:
-        window.record_missing("the training ended before this rank finished the window")
+        ctx.window.record_missing("the training ended before this rank finished the window")
     world = state.world_size or len(state.ranks)
     try:
-        verdict = _analyze(storage, progress, list(range(world)))
+        verdict = _analyze(ctx.storage, ctx.progress, list(range(world)))
     except CliError as exc:
-        progress(f"no partial verdict: {exc}")
+        ctx.progress(f"no partial verdict: {exc}")
         return
-    on_verdict(verdict, storage.uri)
+    ctx.on_verdict(verdict, ctx.storage.uri)
 
 
-def _diagnose_hang(
-    run: LocalRun,
-    window: WindowCoordinator,
-    storage: Storage,
-    progress: Progress,
-    on_verdict: Callable[[Verdict, str], None],
-    training: TrainingProcess,
-    hang: HangDetected,
-) -> NoReturn:
+def _diagnose_hang(ctx: RunContext, hang: HangDetected) -> NoReturn:
     """A rank stopped advancing: dump every rank's stacks, analyze, print the `hang` verdict,
     stop the training and exit EXIT_HANG (instead of waiting for it forever)."""
-    from perfdiag.api.thresholds import Thresholds
-
+    run, window, storage, progress, training = (
+        ctx.run,
+        ctx.window,
+        ctx.storage,
+        ctx.progress,
+        ctx.training,
+    )
     stuck = sorted(hang.stuck.values(), key=lambda s: s.rank)
     progress(
         "the training is stuck: "
@@ -504,7 +483,7 @@ def _diagnose_hang(
     finally:
         progress("stopping the training…")
         training.stop()
-    on_verdict(verdict, storage.uri)
+    ctx.on_verdict(verdict, storage.uri)
     raise CliError(
         "the training hung (verdict above); perfdiag stopped it. Rerun with a larger "
         "--hang-after if the steps are legitimately that slow.",
@@ -536,22 +515,20 @@ def _check_spool(spool_dir: Path) -> None:
         raise CliError(f"the spool {spool_dir} is not writable: {exc}") from exc
 
 
-def _wait_out(training: TrainingProcess, signals: SignalForwarding, progress: Progress) -> int:
+def _wait_out(ctx: RunContext) -> int:
     """Wait for the training to end on its own (or for the user's Ctrl-C)."""
     while True:
-        if signals.received is not None:
-            _stop_on_signal(training, signals, progress)
-        code = training.wait(0.5)
+        if ctx.signals.received is not None:
+            _stop_on_signal(ctx)
+        code = ctx.training.wait(0.5)
         if code is not None:
             return code
 
 
-def _stop_on_signal(
-    training: TrainingProcess, signals: SignalForwarding, progress: Progress
-) -> NoReturn:
+def _stop_on_signal(ctx: RunContext) -> NoReturn:
     """The signal was forwarded to the training; wait for it to stop, then report."""
-    progress("stopping the training (press Ctrl-C again to kill it)…")
-    while training.wait(0.5) is None:
+    ctx.progress("stopping the training (press Ctrl-C again to kill it)…")
+    while ctx.training.wait(0.5) is None:
         pass
-    signum = signals.received or signal.SIGINT
+    signum = ctx.signals.received or signal.SIGINT
     raise CliInterrupted("interrupted; the training was stopped", 128 + int(signum))

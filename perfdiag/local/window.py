@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from perfdiag.api import Plan
 from perfdiag.api.plan import start_step_ahead, watch_deadline
 from perfdiag.api.stall import StallPolicy
 from perfdiag.api.trigger import SlowdownRule
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector.agent import process_window, window_complete
+from perfdiag.collector.hardware import HardwareSampler, Series, gpu_index, worker_series
 from perfdiag.collector.hook import spool
 from perfdiag.local.first_step import (
     NO_STEP_NOTE_AFTER_S,
@@ -24,9 +25,7 @@ from perfdiag.local.first_step import (
 )
 from perfdiag.local.heartbeats import RankBeat, read_beats, steps_text
 from perfdiag.local.progress import Progress
-
-if TYPE_CHECKING:
-    from perfdiag.collector.hardware import HardwareSampler, Series
+from perfdiag.local.rank_processes import rank_processes
 from perfdiag.storage import Storage, layout
 
 POLL_S = 0.2
@@ -250,8 +249,6 @@ class WindowCoordinator:
         """rank → pid of this node's rank processes (empty when unknown)."""
         if self.launcher_pid is None:
             return {}
-        from perfdiag.local.rank_processes import rank_processes
-
         return rank_processes(self.launcher_pid)
 
     def _sample_rank_processes(self) -> None:
@@ -261,8 +258,6 @@ class WindowCoordinator:
             return
         if not self.settings.sample_hardware:
             return
-        from perfdiag.local.rank_processes import rank_processes
-
         pids = rank_processes(self.launcher_pid)
         if len(pids) >= self.settings.local_ranks:
             self._start_sampler(pids)
@@ -271,8 +266,6 @@ class WindowCoordinator:
         """Hardware samples from now until every rank's window is processed."""
         if not self.settings.sample_hardware or self.sampler is not None:
             return
-        from perfdiag.collector.hardware import HardwareSampler
-
         if pids is None:
             pids = {}
             for rank in self.state.ranks:
@@ -296,8 +289,6 @@ class WindowCoordinator:
     def _hardware_of(self, rank: int) -> list[Series] | None:
         if self.sampler is None:
             return None
-        from perfdiag.collector.hardware import gpu_index, worker_series
-
         beat = read_beats(self.spool_dir).get(rank)
         gpu = gpu_index(beat.local_rank if beat else None)
         return worker_series(self.sampler.samples(), rank, gpu)
@@ -364,8 +355,6 @@ class WindowCoordinator:
 
     def process_completed(self) -> None:
         """Turn every completed, not yet processed rank window into worker files."""
-        from perfdiag.collector.agent import process_window, window_complete
-
         plan = self.state.plan
         assert plan is not None
         for rank in self.state.missing:

@@ -6,9 +6,9 @@ import abc
 import builtins
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 
 class StorageError(Exception):
@@ -127,24 +127,35 @@ def check_key(key: str) -> str:
     return key
 
 
-def write_via_temp(target: Path, write: Callable[[BinaryIO], object], *, fsync: bool) -> None:
-    """Write `target` through a temporary file beside it, then rename: readers never see a
-    part, and a failure leaves nothing behind. OSError becomes StorageError."""
+@contextmanager
+def as_write_error(target: Path) -> Iterator[None]:
+    """An OSError inside becomes the StorageError of a failed write of `target`."""
     try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+
+
+def write_via_temp(target: Path, chunks: Iterable[bytes], *, fsync: bool) -> None:
+    """Write the chunks to `target` through a temporary file beside it, then rename: readers
+    never see a part, and a failure leaves nothing behind. The file's own errors become
+    StorageError; an error raised by `chunks` itself propagates as it is (an S3 download's
+    broken stream stays an error its retry policy judges)."""
+    with as_write_error(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as out:
-            write(out)
-            if fsync:
+            for chunk in chunks:
+                with as_write_error(target):
+                    out.write(chunk)
+            with as_write_error(target):
                 out.flush()
-                os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+                if fsync:
+                    os.fsync(out.fileno())
+                out.close()  # here, so that its error too is the write's
+        with as_write_error(target):
+            os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

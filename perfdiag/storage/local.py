@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import builtins
 import os
-import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import BinaryIO
 
@@ -13,10 +13,13 @@ from perfdiag.storage.base import (
     Storage,
     StorageError,
     StorageNotFound,
+    as_write_error,
     check_key,
     write_via_temp,
 )
 from perfdiag.storage.regular_file import open_regular, read_listed_file, read_regular
+
+COPY_CHUNK = 1 << 20
 
 
 class LocalStorage(Storage):
@@ -45,7 +48,7 @@ class LocalStorage(Storage):
         return self.root / check_key(key)
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        write_via_temp(self._path(key), lambda fh: fh.write(data), fsync=True)
+        write_via_temp(self._path(key), (data,), fsync=True)
 
     def get_bytes(self, key: str) -> bytes:
         # A string path, not a Path: reading a million small files, pathlib cost as much as
@@ -59,11 +62,8 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
     def put_file(self, key: str, path: Path) -> None:
-        def copy(fh: BinaryIO) -> None:
-            with path.open("rb") as src:
-                shutil.copyfileobj(src, fh, 1 << 20)
-
-        write_via_temp(self._path(key), copy, fsync=True)
+        target = self._path(key)
+        write_via_temp(target, _chunks_of(path, target), fsync=True)
 
     def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)
@@ -74,7 +74,7 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot read {source}: {exc.strerror or exc}") from exc
         with src:
-            write_via_temp(path, lambda fh: shutil.copyfileobj(src, fh, 1 << 20), fsync=True)
+            write_via_temp(path, _chunks_of(src, path), fsync=True)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -155,3 +155,14 @@ class LocalStorage(Storage):
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
+
+
+def _chunks_of(source: Path | BinaryIO, target: Path) -> Iterator[bytes]:
+    """The bytes of a local file (a path, or a file open for reading), a MiB at a time; failing
+    to read it fails the write of `target` (the copy's own error)."""
+    with (
+        as_write_error(target),
+        source.open("rb") if isinstance(source, Path) else nullcontext(source) as src,
+    ):
+        while chunk := src.read(COPY_CHUNK):
+            yield chunk

@@ -23,7 +23,6 @@ import builtins
 import io
 import os
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from perfdiag.storage.base import (
     StorageNotFound,
     StorageUnavailable,
     check_key,
+    write_via_temp,
 )
 from perfdiag.storage.retry import RetryPolicy
 from perfdiag.storage.s3_bulk import BulkGetter, Endpoint, Keys, NotPlain, list_pages
@@ -264,8 +264,8 @@ class S3Storage(Storage):
 
     def get_many(self, keys: Sequence[str]) -> builtins.list[bytes | StorageError]:
         """Plain GETs on READ_CONCURRENCY kept-alive connections, PIPELINED at a time on each
-        (perfdiag/storage/s3_bulk.py); a key whose answer is anything but a plain 200 is read
-        again by get_bytes, whose retries and errors apply."""
+        (perfdiag/storage/s3_bulk.py); a key whose answer is anything but a plain 200 or a
+        plain NoSuchKey is read again by get_bytes, whose retries and errors apply."""
         self._check_bucket()
         getter = self._bulk_getter()
         names = [self._name(key) for key in keys]
@@ -275,14 +275,16 @@ class S3Storage(Storage):
             got = getter.get_all([names[i] for i in indexes]) if getter is not None else []
             out: builtins.list[bytes | StorageError] = []
             for n, i in enumerate(indexes):
-                data = got[n] if n < len(got) else None
-                if data is None:  # not a plain 200: the client's retries and errors apply
+                answer = got[n] if n < len(got) else None
+                if answer is not None and answer.status == 200:
+                    out.append(answer.body)
+                elif answer is not None and answer.no_such_key:
+                    out.append(self._not_found(keys[i]))
+                else:  # not a plain answer: the client's retries and errors apply
                     try:
-                        data = self.get_bytes(keys[i])
+                        out.append(self.get_bytes(keys[i]))
                     except StorageError as exc:
                         out.append(exc)
-                        continue
-                out.append(data)
             return out
 
         return [item for part in self._reader_pool().map(chunk, chunks) for item in part]
@@ -358,7 +360,8 @@ class S3Storage(Storage):
         def download() -> None:
             response = self.client.get_object(self.bucket, name)
             try:
-                _write_atomically(path, response.stream(_CHUNK))
+                # An error of the stream propagates as it is, for the retry policy to judge.
+                write_via_temp(path, response.stream(_CHUNK), fsync=False)
             finally:
                 response.close()
                 response.release_conn()
@@ -465,6 +468,9 @@ class S3Storage(Storage):
         except Exception as exc:
             raise self._permanent_error(what, uri, exc) from exc
 
+    def _not_found(self, key: str) -> StorageNotFound:
+        return StorageNotFound(f"{self.uri_of(key)} does not exist")
+
     def _permanent_error(self, what: str, uri: str, exc: Exception) -> StorageError:
         at = f"at {self.endpoint_url}"
         if isinstance(exc, S3Error):
@@ -525,25 +531,3 @@ def _describe(exc: BaseException) -> str:
         return f"{exc.code}: {exc.message}"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
-
-
-def _write_atomically(path: Path, chunks: Iterator[bytes]) -> None:
-    """Stream into a temporary file beside `path`, then rename: readers never see a part.
-    Unlike base.write_via_temp, only the file's own errors become StorageError: an error of the
-    response stream propagates as it is, for the retry policy to judge."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                try:
-                    out.write(chunk)
-                except OSError as exc:
-                    raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

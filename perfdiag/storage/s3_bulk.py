@@ -115,6 +115,19 @@ class _Signer:
             return self._key
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A plain answer: its status and body."""
+
+    status: int
+    body: bytes
+
+    @property
+    def no_such_key(self) -> bool:
+        """Whether it says that the object does not exist."""
+        return self.status == 404 and b"<Code>NoSuchKey</Code>" in self.body
+
+
 class _Connection:
     """One kept-alive HTTP/1.1 connection."""
 
@@ -135,17 +148,16 @@ class _Connection:
 
     def get(self, request: bytes) -> bytes:
         self.sock.sendall(request)
-        body = self.answer()
-        if body is None:
+        answer = self.answer()
+        if answer.status != 200:
             raise NotPlain("not a 200")
-        return body
+        return answer.body
 
-    def answer(self) -> bytes | None:
-        """The body of the next answer on the connection, None when its status is not 200;
-        NotPlain when it cannot be read as a plain answer (the connection is then unusable)."""
+    def answer(self) -> Answer:
+        """The next answer on the connection; NotPlain when it cannot be read as a plain
+        answer (the connection is then unusable)."""
         status, length, self.closing = _parse_head(self._head())
-        body = self._take(length)
-        return body if status == 200 else None
+        return Answer(status, self._take(length))
 
     def _head(self) -> bytes:
         while True:
@@ -206,16 +218,16 @@ class BulkGetter:
         """The object's bytes; NotPlain (or OSError) when it is not a plain answer."""
         return self._get(self.endpoint.path_prefix + quote(name, safe="/-_.~"), {})
 
-    def get_all(self, names: list[str]) -> list[bytes | None]:
-        """The objects' bytes, their requests sent at once on one connection (HTTP/1.1
-        pipelining: one send and a few receives for all, not a round trip each); None for each
-        object whose answer was not a plain 200, or that the connection did not answer."""
+    def get_all(self, names: list[str]) -> list[Answer | None]:
+        """The answers to GETs of the objects, their requests sent at once on one connection
+        (HTTP/1.1 pipelining: one send and a few receives for all, not a round trip each); None
+        for each object that the connection did not answer plainly."""
         now = time.time()
         requests = []
         for name in names:
             path = self.endpoint.path_prefix + quote(name, safe="/-_.~")
             requests.append(f"GET {path} HTTP/1.1\r\n{self.signer.headers(path, '', now)}\r\n\r\n")
-        out: list[bytes | None] = [None] * len(names)
+        out: list[Answer | None] = [None] * len(names)
         connection = self._connection()
         try:
             connection.sock.sendall("".join(requests).encode())

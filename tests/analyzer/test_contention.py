@@ -61,8 +61,21 @@ def test_extra_run_queue_wait_on_an_oversubscribed_host_names_no_rank(peers: flo
     contended = analysis.fusion.contended[0]
     assert contended.extra_wait_ms == pytest.approx(extra, rel=0.25)
     assert contended.peers_run_share == pytest.approx(peers)
-    note = next(n for n in analysis.capture.notes if "waiting for a CPU" in n)
+    note = next(n for n in analysis.notes.shown if "waiting for a CPU" in n)
     assert "rank 2" in note and "no rank is named" in note
+
+
+def test_each_analysis_gathers_its_own_notes() -> None:
+    # Two analyses of one capture say their notes once each; the capture keeps what loading
+    # found (nothing, for one made in memory).
+    job = SyntheticJob(n_ranks=4, seed=5, faults=[Fault([2], MM, "cpu_op", extra_ms=14.0)])
+    table, metas = job.build()
+    own_share = MM_BASE_MS * 0.5 / (MM_BASE_MS + 14.0)
+    capture = capture_of(with_run_share(table, {(2, MM): own_share}, 0.5), metas)
+    first, second = analyze_capture(capture), analyze_capture(capture)
+    assert len(first.notes.shown) == 1 and "waiting for a CPU" in first.notes.shown[0]
+    assert second.notes.shown == first.notes.shown
+    assert capture.notes == [] and first.verdict.notes == []
 
 
 def test_more_work_on_an_oversubscribed_host_is_still_a_slow_worker() -> None:
@@ -105,7 +118,7 @@ def test_one_functions_cpu_share_on_an_oversubscribed_host_is_not_hardware() -> 
     analysis = analyze_capture(capture_of(table, metas))
     assert analysis.verdict.status == "healthy", analysis.verdict.to_json()
     assert not analysis.anomalies
-    assert any("rank 1" in n and "oversubscribed" in n for n in analysis.capture.notes)
+    assert any("rank 1" in n and "oversubscribed" in n for n in analysis.notes.shown)
     # The same rank on a host where the peers get a CPU: the host is named.
     table = with_run_share(table, {(r, loader): 0.96 for r in (0, 2, 3)} | {(1, loader): 0.4}, 0.97)
     analysis = analyze_capture(capture_of(table, metas))

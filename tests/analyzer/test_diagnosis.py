@@ -6,6 +6,7 @@ import pytest
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.signals.hardware import resource_category
 from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
 from tests.analyzer.conftest import COMM, GPU_COMM, Fault, SyntheticJob, capture_of
@@ -329,7 +330,7 @@ def test_longer_autograd_without_cpu_samples_is_not_named_in_data_parallel_jobs(
     )
     analysis = run(job)
     assert not culprit_findings(analysis), analysis.verdict.to_json()
-    assert any("run_backward" in note and "not named" in note for note in analysis.capture.notes)
+    assert any("run_backward" in note and "not named" in note for note in analysis.notes.shown)
 
 
 def test_findings_sorted_by_severity() -> None:
@@ -398,8 +399,6 @@ def test_a_single_rank_has_no_peers_but_expected_ranges_apply() -> None:
 
 
 def test_resource_names_map_to_hardware_categories() -> None:
-    from perfdiag.analyzer.signals.hardware import resource_category
-
     assert resource_category("sm_clock_MHz") == ("gpu_hardware", True)
     assert resource_category("bus_bandwidth_GBps") == ("network", True)
     assert resource_category("cpu") == ("host", True)

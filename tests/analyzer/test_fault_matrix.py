@@ -11,7 +11,7 @@ import pytest
 
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.compare.peers import one_group
-from perfdiag.analyzer.load.capture import load_capture
+from perfdiag.analyzer.load.capture_folder import load_capture
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.storage import open_storage
 from perfdiag_testing.fault_matrix import CULPRIT, RANKS, Scenario, scenarios

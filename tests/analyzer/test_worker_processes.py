@@ -14,7 +14,7 @@ import pytest
 
 from perfdiag.analyzer.errors import NoCaptureError
 from perfdiag.analyzer.load import worker_files
-from perfdiag.analyzer.load.capture import load_capture
+from perfdiag.analyzer.load.capture_folder import load_capture
 from perfdiag.analyzer.load.listing import WorkerListing, parse_worker_folders, parse_worker_keys
 from perfdiag.api.limits import MAX_RANKS
 from perfdiag.engine.parquet_io import table_from_bytes, table_to_bytes

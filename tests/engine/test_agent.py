@@ -355,11 +355,9 @@ def test_the_agent_mirrors_its_pods_plan_from_storage(tmp_path: Path) -> None:
     """The operator writes the pod's plan to <namespace storage>/pod-plans/<uid>.json; the
     agent copies it into the spool (empty when there is none) and touches the copy at every
     read, which keeps the hooks reading it; a read that fails leaves the copy to go stale."""
-    from perfdiag.cli.agent import DEFAULT_PLAN_POLL_S
-    from perfdiag.collector.pod_plan import DEFAULT_POLL_S, PodPlanFollower
+    from perfdiag.collector.pod_plan import PodPlanFollower
     from perfdiag.storage import StorageUnavailable
 
-    assert DEFAULT_PLAN_POLL_S == DEFAULT_POLL_S
     storage = LocalStorage(tmp_path / "ns")
     spool_dir = tmp_path / "spool"
     follower = PodPlanFollower(storage, "uid-1", spool_dir)

@@ -19,7 +19,13 @@ from perfdiag.api.verdict import (
     WorkerInfo,
 )
 from perfdiag.api.worker import WorkerStatus
-from perfdiag.operator.analyzer_job import analyzer_job, job_name, job_state
+from perfdiag.operator.analyzer_job import (
+    analyzer_job,
+    job_name,
+    job_state,
+    memory_needed,
+    sized_for_workers,
+)
 from perfdiag.operator.coordination import (
     MAX_EXTRAPOLATION_S,
     RATE_STEPS,
@@ -340,6 +346,26 @@ def test_analyzer_job_manifest() -> None:
     assert job_state({"status": {}}).outcome == "running"
 
 
+def test_the_analyzer_memory_follows_the_workers_past_the_configured_limit() -> None:
+    configured = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
+    assert sized_for_workers(configured, 100_000) == configured  # 2.5 GiB fits
+    assert sized_for_workers(configured, None) == configured
+    sized = sized_for_workers(configured, 1_000_000)
+    need = f"{-(-memory_needed(1_000_000) // 2**20)}Mi"
+    assert need == "16649Mi"  # 1 GiB + 16 KiB a worker: 16.3 GiB over the measured 11.5 GB
+    assert sized == {"requests": {"cpu": "500m", "memory": need}, "limits": {"memory": need}}
+    assert configured["limits"]["memory"] == "4Gi"  # not modified in place
+    generous = {"requests": {"memory": "32Gi"}, "limits": {"memory": "8Gi"}}
+    assert sized_for_workers(generous, 1_000_000)["requests"]["memory"] == "32Gi"
+    diag = {"metadata": {"name": "d", "namespace": "ns", "uid": UID}}
+    job = analyzer_job(
+        diag, prefix="s3://b/x", expected_ranks=1_000_000, image="img", storage_secret="creds",
+        deadline_seconds=900, ttl_seconds=3600,
+    )  # fmt: skip
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["memory"] == need
+
+
 def test_analyzer_job_resources_and_storage_endpoint() -> None:
     diag = {"metadata": {"name": "d", "namespace": "ns", "uid": UID}}
     job = analyzer_job(
@@ -595,6 +621,37 @@ def test_a_one_shot_capture_measures_the_step_rate_then_plans_ahead() -> None:
     assert reason == "Capturing"
     assert f"from step {plan.start_step}" in message and "20 steps/s at step 300" in message
     assert [(e.type, e.reason) for e in armed.events] == [("Normal", "PlanSent")]
+
+
+def test_a_capture_plan_already_sent_is_sent_again_unchanged() -> None:
+    """A pass that armed but lost its status write (a conflict, a restart) left the plan in the
+    capture's prefix: the next pass, later, with another rate, keeps that plan, start step and
+    deadline, and sends it only where it is missing."""
+    status = _one_shot(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    pods = _measuring_pods()
+    at = NOW + timedelta(seconds=30)
+    armed = _one_shot(status, World(pods=pods, workers=_watchers(300, {0: 50.0}, at)), now=at)
+    later = at + timedelta(seconds=20)
+    faster = World(pods=pods, workers=_watchers(900, {0: 25.0}, later), sent=armed.plan)
+    again = _one_shot(status, faster, now=later)
+    assert again.actions == ["arm"]
+    assert again.plan == armed.plan
+    window = again.status.window
+    assert (window.plan_id, window.start_step) == (armed.plan.id, armed.plan.start_step)
+    assert again.status.phase == "Capturing"
+    assert f"from step {armed.plan.start_step}" in _cond(again.status, "Reconciling")[2]
+    # Another diagnosis' plan in that place (never written by this one) is not taken.
+    other = armed.plan.model_copy(update={"id": "other"})
+    fresh = _one_shot(status, World(pods=pods, workers=faster.workers, sent=other), now=later)
+    assert fresh.plan.start_step != armed.plan.start_step
+
+
+def test_a_triggered_capture_already_sent_is_sent_again_unchanged() -> None:
+    status = _watch_step(PerfDiagnosisStatus(), World(pods=[_pod("a")]), now=NOW).status
+    sent = Plan(id=f"d-{UID}", steps=10, start_step=1234, deadline=NOW + timedelta(hours=1))
+    again = _watch_step(status, World(pods=[_pod("a")], sent=sent), now=NOW)
+    assert (again.actions, again.plan) == (["arm"], sent)
+    assert again.status.window.start_step == 1234
 
 
 def test_a_one_shot_capture_measures_the_rate_from_progress() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import pytest
 
 from perfdiag.api.plan import Plan, pod_plan_key
-from perfdiag.operator.coordination import plan_annotations
+from perfdiag.operator.coordination import Action, plan_annotations
 from perfdiag.operator.kube import Kube
-from perfdiag.operator.reconcile import PodPlansRemain, Reconciler
+from perfdiag.operator.reconcile import ACTION_HANDLERS, PodPlansRemain, Reconciler
 from perfdiag.operator.settings import OperatorConfig
 from perfdiag.storage.local import LocalStorage
 
@@ -73,3 +73,7 @@ def test_no_annotation_while_storage_cannot_take_the_plan(
     assert kube.patches == []
     assert reconciler._disarm("ns", "d", UID, None, _pods(annotated=True), best_effort=True) == 3
     assert len(kube.patches) == 3
+
+
+def test_every_action_a_decision_can_list_has_a_handler() -> None:
+    assert set(ACTION_HANDLERS) == set(get_args(Action))

@@ -1,4 +1,4 @@
-"""The fast JSON reader: the file streamed in pieces of 1 MB (gunzipped on the way), each
+"""The fast JSON reader: the file streamed in pieces of 512 KB (gunzipped on the way), each
 piece's whole events parsed by a C scanner (perfdiag/engine/kineto/_scan.c) straight into columns of
 the complete events, which grow across pieces (one chunk per column at the end). The scanner
 is strict JSON and reads only what the general reader reads the same way; for anything else

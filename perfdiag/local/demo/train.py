@@ -1,7 +1,8 @@
 """The demo training job: data-parallel (DDP, gloo, CPU) training of a small MLP on synthetic
 data read through a real torch DataLoader, with an optional injected fault on one rank.
 
-A plain torchrun script (it knows nothing about perfdiag):
+A plain torchrun script: nothing of perfdiag's hook, API or launcher is in it (its model, data
+and optimizer step are perfdiag.local.demo.ddp's, shared with perfdiag's own test jobs):
 
     torchrun --nproc-per-node 4 train.py --scenario python-hotspot --fault-rank 2
 
@@ -27,37 +28,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.data.distributed import DistributedSampler
+
+from perfdiag.local.demo.ddp import SyntheticDataset, Trainer, agree, build_model, epochs
 
 SCENARIOS = ("healthy", "python-hotspot", "compute-straggler", "slowdown", "dataloader-stall")
-SLOWDOWN_STEP = 100  # perfdiag.local.demo.scenarios.SLOWDOWN_STEP (this script imports no perfdiag)
-
-FEATURES = 256
-HIDDEN = 256
-CLASSES = 16
+SLOWDOWN_STEP = 100  # perfdiag.local.demo.scenarios.SLOWDOWN_STEP (not imported: it loads pydantic)
 SYNC_EVERY = 10
-
-
-class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Deterministic random samples; `read_delay_s` simulates slow storage per sample."""
-
-    def __init__(self, size: int, read_delay_s: float = 0.0) -> None:
-        self.size = size
-        self.read_delay_s = read_delay_s
-        generator = torch.Generator().manual_seed(1234)
-        self.inputs = torch.randn(size, FEATURES, generator=generator)
-        self.labels = torch.randint(0, CLASSES, (size,), generator=generator)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.read_delay_s:
-            time.sleep(self.read_delay_s)
-        return self.inputs[index], self.labels[index]
 
 
 def tokenize(batch_size: int, words_per_sample: int) -> int:
@@ -83,16 +59,6 @@ def extra_compute(size: int, repeats: int) -> torch.Tensor:
     for _ in range(repeats):
         a = torch.tanh(a @ b)
     return a
-
-
-def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, CLASSES),
-    )
 
 
 def should_stop(args: argparse.Namespace, step: int, started: float) -> bool:
@@ -137,51 +103,32 @@ def main(argv: list[str] | None = None) -> None:
 
     read_delay = 0.00004 if faulty and args.scenario == "dataloader-stall" else 0.0
     dataset = SyntheticDataset(args.batch_size * world * 16, read_delay_s=read_delay)
-    sampler: DistributedSampler[int] = DistributedSampler(
-        dataset, num_replicas=world, rank=rank, seed=0
-    )
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-
-    model = DistributedDataParallel(build_model())
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    trainer = Trainer(build_model(), lr=args.lr)
     if rank == 0:
         fault = f" (fault on rank {args.fault_rank})" if args.scenario != "healthy" else ""
         print(f"demo: {args.scenario}{fault}, {world} ranks", flush=True)
 
-    step, epoch, started = 0, 0, time.monotonic()
-    done = slow = False
-    while not done:
-        sampler.set_epoch(epoch)
-        for inputs, labels in loader:
-            if faulty and args.scenario == "slowdown" and not slow:
-                slow = (
-                    os.path.exists(args.slowdown_file)
-                    if args.slowdown_file
-                    else step >= SLOWDOWN_STEP
-                )
-            if faulty and (args.scenario == "python-hotspot" or slow):
-                tokenize(args.batch_size, 290)
-            if faulty and args.scenario == "compute-straggler":
-                extra_compute(256, 28)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(inputs), labels)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if step % SYNC_EVERY:
-                continue
-            # Every few steps: the mean loss for logging, and the shared decision to stop (any
-            # rank may say so). Not every step: a per-step blocking collective would make the
-            # ranks that arrive first wait in it, on top of DDP's own gradient all-reduce.
-            flags = torch.tensor([loss.item(), float(should_stop(args, step, started))])
-            dist.all_reduce(flags)
-            if rank == 0 and step % args.log_every == 0:
-                print(f"demo: step {step} loss {flags[0].item() / world:.4f}", flush=True)
-            if flags[1].item() > 0:
-                done = True
-                break
-        epoch += 1
+    step, started, slow = 0, time.monotonic(), False
+    for inputs, labels in epochs(dataset, args.batch_size):
+        if faulty and args.scenario == "slowdown" and not slow:
+            slow = (
+                os.path.exists(args.slowdown_file) if args.slowdown_file else step >= SLOWDOWN_STEP
+            )
+        if faulty and (args.scenario == "python-hotspot" or slow):
+            tokenize(args.batch_size, 290)
+        if faulty and args.scenario == "compute-straggler":
+            extra_compute(256, 28)
+        loss = trainer.step(inputs, labels)
+        step += 1
+        if step % SYNC_EVERY:
+            continue
+        # Every few steps, the mean loss for logging and the shared decision to stop (any rank
+        # may say so).
+        mean_loss, stop = agree(loss, should_stop(args, step, started))
+        if rank == 0 and step % args.log_every == 0:
+            print(f"demo: step {step} loss {mean_loss:.4f}", flush=True)
+        if stop:
+            break
     if rank == 0:
         print(f"demo: finished {step} steps in {time.monotonic() - started:.1f} s", flush=True)
     dist.destroy_process_group()

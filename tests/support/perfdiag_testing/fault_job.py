@@ -1,8 +1,11 @@
 """A torchrun training script with one injected fault class: the job the fault suite diagnoses.
 
 Data-parallel (DDP, gloo, CPU) training of a small MLP on synthetic data through a real torch
-DataLoader. It knows nothing about perfdiag; `benchmarks/fault_suite.py` runs it through
-`perfdiag run` exactly as a user would, with `--fault CLASS --fault-ranks R[,R…]`:
+DataLoader: the demo's model, data and optimizer step (perfdiag.local.demo.ddp); nothing of
+perfdiag's hook or API. The faults are this script's own functions, called from its loop, so that
+the diagnosis names them as a user's code (a frame under perfdiag/ is library code to it).
+`benchmarks/fault_suite.py` runs it through `perfdiag run` exactly as a user would, with
+`--fault CLASS --fault-ranks R[,R…]`:
 
   healthy          no fault
   noisy-steps      no fault, but every step does a different amount of work (the same on
@@ -46,9 +49,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.data.distributed import DistributedSampler
+
+from perfdiag.local.demo.ddp import Labelled, SyntheticDataset, Trainer, agree, build_model, epochs
 
 FAULTS = (
     "healthy",
@@ -71,31 +73,21 @@ FAULTS = (
     "uneven",
     "slow-node",
 )
-FEATURES = 256
-HIDDEN = 256
-CLASSES = 16
 SYNC_EVERY = 5
 BASE_MATRIX = 192
 
 
-class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, size: int, slow_words: int = 0, delay_s: float = 0.0) -> None:
-        self.size = size
+class DecodingDataset(SyntheticDataset):
+    """Samples whose reading also decodes `slow_words` words in Python (0: none)."""
+
+    def __init__(self, size: int, slow_words: int = 0, read_delay_s: float = 0.0) -> None:
+        super().__init__(size, read_delay_s)
         self.slow_words = slow_words
-        self.delay_s = delay_s
-        generator = torch.Generator().manual_seed(1234)
-        self.inputs = torch.randn(size, FEATURES, generator=generator)
-        self.labels = torch.randint(0, CLASSES, (size,), generator=generator)
 
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> Labelled:
         if self.slow_words:
             decode_record(self.slow_words)
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return self.inputs[index], self.labels[index]
+        return super().__getitem__(index)
 
 
 def decode_record(words: int) -> int:
@@ -196,16 +188,6 @@ def hold_to_cpu_quota(fraction: float) -> str:
     return str(group)
 
 
-def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, CLASSES),
-    )
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fault", choices=FAULTS, default="healthy")
@@ -244,21 +226,13 @@ def main(argv: list[str] | None = None) -> None:
     work_scale = scales[index] if faulty and args.fault == "graded" and scales else 1.0
 
     batch = args.batch_size * (3 if faulty and args.fault == "larger-batch" else 1)
-    dataset = SyntheticDataset(
+    dataset = DecodingDataset(
         batch * world * 8,
         slow_words=300 if faulty and args.fault == "dataset" else 0,
-        delay_s=0.0004 if faulty and args.fault == "loader-worker" else 0.0,
-    )
-    sampler: DistributedSampler[int] = DistributedSampler(
-        dataset, num_replicas=world, rank=rank, seed=0
+        read_delay_s=0.0004 if faulty and args.fault == "loader-worker" else 0.0,
     )
     workers = 1 if args.fault == "loader-worker" else 0
-    loader = DataLoader(
-        dataset, batch_size=batch, sampler=sampler, drop_last=True, num_workers=workers
-    )
-    model = DistributedDataParallel(build_model())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    trainer = Trainer(build_model(), lr=0.01)
     stop_thread = threading.Event()
     if faulty and args.fault == "gil-thread":
         threading.Thread(target=metrics_exporter, args=(stop_thread,), daemon=True).start()
@@ -268,47 +242,39 @@ def main(argv: list[str] | None = None) -> None:
     if rank == 0:
         print(f"fault job: {args.fault} on ranks {fault_ranks}, {world} ranks", flush=True)
 
-    step, started, done = 0, time.monotonic(), False
+    step, started = 0, time.monotonic()
     step_random = random.Random(7)  # the same sequence on every rank
     rank_random = random.Random(100 + rank)
-    while not done:
-        for inputs, labels in loader:
-            step += 1
-            repeats = args.base_repeats
-            if args.fault == "noisy-steps":
-                repeats = step_random.choice((3, 6, 9, 12))
-            if args.fault == "uneven":
-                repeats = rank_random.choice((3, 12, 24, 48))
-            augment(BASE_MATRIX, round(repeats * work_scale))
-            if faulty:
-                if args.fault in ("python-hotspot",) or (args.fault == "mixed" and index == 0):
-                    tokenize(batch, 90)
-                if args.fault in ("compute", "slow-node") or (args.fault == "mixed" and index):
-                    extra_compute(BASE_MATRIX, args.extra_repeats)
-                if args.fault == "intermittent" and step % 3 == 0:
-                    tokenize(batch, 270)
-                if args.fault == "sleep":
-                    flush_metrics(0.02)
-                if args.fault == "checkpoint" and step % 4 == 0:
-                    save_checkpoint(model.module, scratch / "checkpoint.pt")
-                if args.fault == "logging" and step % 3 == 0:
-                    write_metrics_record(scratch / "metrics.log", step)
-                if args.fault == "memory":
-                    cache_features(64)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(inputs), labels)
-            loss.backward()
-            optimizer.step()
-            if step % SYNC_EVERY:
-                continue
-            stop = time.monotonic() - started > args.max_seconds or bool(
-                args.stop_file and os.path.exists(args.stop_file)
-            )
-            flags = torch.tensor([loss.item(), float(stop)])
-            dist.all_reduce(flags)
-            if flags[1].item() > 0:
-                done = True
-                break
+    for inputs, labels in epochs(dataset, batch, workers=workers):
+        step += 1
+        repeats = args.base_repeats
+        if args.fault == "noisy-steps":
+            repeats = step_random.choice((3, 6, 9, 12))
+        if args.fault == "uneven":
+            repeats = rank_random.choice((3, 12, 24, 48))
+        augment(BASE_MATRIX, round(repeats * work_scale))
+        if faulty:
+            if args.fault in ("python-hotspot",) or (args.fault == "mixed" and index == 0):
+                tokenize(batch, 90)
+            if args.fault in ("compute", "slow-node") or (args.fault == "mixed" and index):
+                extra_compute(BASE_MATRIX, args.extra_repeats)
+            if args.fault == "intermittent" and step % 3 == 0:
+                tokenize(batch, 270)
+            if args.fault == "sleep":
+                flush_metrics(0.02)
+            if args.fault == "checkpoint" and step % 4 == 0:
+                save_checkpoint(trainer.model.module, scratch / "checkpoint.pt")
+            if args.fault == "logging" and step % 3 == 0:
+                write_metrics_record(scratch / "metrics.log", step)
+            if args.fault == "memory":
+                cache_features(64)
+        loss = trainer.step(inputs, labels)
+        if step % SYNC_EVERY:
+            continue
+        late = time.monotonic() - started > args.max_seconds
+        _, stop = agree(loss, late or bool(args.stop_file and os.path.exists(args.stop_file)))
+        if stop:
+            break
     stop_thread.set()
     if rank == 0:
         print(f"fault job: finished {step} steps in {time.monotonic() - started:.1f} s", flush=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -100,7 +101,7 @@ class Timeline:
 
     applied: float
     watching: float | None  # status.watch.planId visible
-    decided: float | None  # the arming pass began (the clock in the capture plan's deadline)
+    decided: float | None  # the arming pass decided, after its reads (the plan deadline's clock)
     first_plan_object: float | None  # first pod's capture plan in storage
     armed: float | None  # every pod's capture plan in storage
     annotated: float | None  # status.window visible: written after every annotation
@@ -118,6 +119,7 @@ class ScaleResult:
     plan_objects: int  # pod plan objects holding the capture plan when the status said armed
     operator_peak_rss_mb: float
     operator_cpu_seconds: float  # during apply → Ready
+    arming_read_seconds: float | None  # the arming pass' reads before it decided (its log)
     operator_requests: dict[str, int]  # "VERB resource[/sub]" → count, apply → Ready
     apiserver_latency: dict[str, Quantiles]  # verb → latency of every request, apply → Ready
     heartbeat_rounds: int
@@ -772,6 +774,7 @@ def run_scale(
         plan_objects=seen.plan_objects,
         operator_peak_rss_mb=round(peak, 1),
         operator_cpu_seconds=round(cpu, 2),
+        arming_read_seconds=arming_read_seconds(operator.log_path.read_text(errors="replace")),
         operator_requests={k: v for k, v in sorted(requests.items()) if v > 0},
         apiserver_latency=latency,
         heartbeat_rounds=len(rounds),
@@ -779,6 +782,19 @@ def run_scale(
         status_writes=load.writes,
         load_average=os.getloadavg(),
     )
+
+
+ARMING_LOG = re.compile(
+    r"decided (?:\w+,)*arm\b.* after reading \d+ pod\(s\) and \d+ worker status\(es\) in "
+    r"([\d.]+) s"
+)
+
+
+def arming_read_seconds(log: str) -> float | None:
+    """How long the pass that armed read the pods and the ranks' statuses before deciding,
+    from the operator's log line (the last pass that armed)."""
+    found = ARMING_LOG.findall(log)
+    return float(found[-1]) if found else None
 
 
 def _verb_is(verb: str) -> Callable[[dict[str, str]], bool]:
