@@ -28,7 +28,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from perfdiag.local.demo.ddp import CLASSES, Trainer, agree, build_model, rank_device
+from perfdiag.local.demo.ddp import CLASSES, Trainer, agree, build_model, finish, rank_device
 
 SCENARIOS = ("healthy", "gpu-compute", "host-bound", "memcpy")
 FEATURES = 1024
@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             break
     if rank == 0:
         print(f"cuda_train: finished {step} steps in {time.monotonic() - started:.1f} s")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    finish()  # destroys the process group and leaves (see its docstring)

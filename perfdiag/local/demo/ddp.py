@@ -1,8 +1,8 @@
 """The parts of a data-parallel training job that the demo's script (`train.py`) shares with
 perfdiag's own test and benchmark jobs (the fault suite's job, benchmarks/cuda_train.py,
 benchmarks/gpu_transformer_train.py): an MLP, synthetic data read through a real DataLoader,
-DDP with SGD, the all-reduce through which the ranks log the loss and agree to stop, and each
-rank's device.
+DDP with SGD, the all-reduce through which the ranks log the loss and agree to stop, each
+rank's device, and how a rank ends.
 
 It runs in the training processes: torch and the standard library only. Each job keeps its
 own loop and its faults, so that the functions a diagnosis names are the job's own code,
@@ -11,9 +11,13 @@ called from its loop as a user's would be.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -113,3 +117,20 @@ def rank_device(kind: str) -> torch.device:
         return torch.device("cuda", index)
     torch.set_num_threads(1)
     return torch.device("cpu")
+
+
+def finish(code: int = 0) -> NoReturn:
+    """End this rank: destroy the process group, run the exit handlers, flush, and leave
+    without interpreter finalization.
+
+    DDP keeps the process group, and with it gloo's native threads, alive past
+    destroy_process_group; a native thread that touches a Python object while the interpreter
+    is being finalized aborts a rank whose training had finished ("terminate called without an
+    active exception", rare, seen on a loaded host). perfdiag's own command leaves the same way
+    for the same class of abort (perfdiag.cli.exit_now)."""
+    dist.destroy_process_group()
+    atexit._run_exitfuncs()  # the handlers a normal exit runs (perfdiag's hook has one)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

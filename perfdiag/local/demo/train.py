@@ -29,7 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from perfdiag.local.demo.ddp import SyntheticDataset, Trainer, agree, build_model, epochs
+from perfdiag.local.demo.ddp import SyntheticDataset, Trainer, agree, build_model, epochs, finish
 
 SCENARIOS = ("healthy", "python-hotspot", "compute-straggler", "slowdown", "dataloader-stall")
 SLOWDOWN_STEP = 100  # perfdiag.local.demo.scenarios.SLOWDOWN_STEP (not imported: it loads pydantic)
@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> None:
             break
     if rank == 0:
         print(f"demo: finished {step} steps in {time.monotonic() - started:.1f} s", flush=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    finish()  # destroys the process group and leaves (see its docstring)

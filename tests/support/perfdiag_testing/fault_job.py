@@ -50,7 +50,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perfdiag.local.demo.ddp import Labelled, SyntheticDataset, Trainer, agree, build_model, epochs
+from perfdiag.local.demo.ddp import (
+    Labelled,
+    SyntheticDataset,
+    Trainer,
+    agree,
+    build_model,
+    epochs,
+    finish,
+)
 
 FAULTS = (
     "healthy",
@@ -278,9 +286,9 @@ def main(argv: list[str] | None = None) -> None:
     stop_thread.set()
     if rank == 0:
         print(f"fault job: finished {step} steps in {time.monotonic() - started:.1f} s", flush=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    finish()  # destroys the process group and leaves (see its docstring)
