@@ -78,7 +78,7 @@ log = logging.getLogger("perfdiag.operator")
 
 Outcome = Literal["gone", "unchanged", "updated", "deleted"]
 MAX_CONFLICTS = 5
-POD_PLAN_WRITERS = 32  # concurrent writes of the pods' plan objects, each on its own connection
+POD_PLAN_DELETERS = 32  # concurrent deletes of the pods' plan objects, each on its own connection
 POD_PATCHERS = API_CONNECTIONS  # concurrent patches of the pods' plan annotations
 
 
@@ -466,33 +466,35 @@ class Reconciler:
     def _write_pod_plans(
         self, namespace: str, pods: list[dict[str, Any]], text: str | None
     ) -> str | None:
-        """Write (`text`) or delete (None) the plan objects of `pods`, POD_PLAN_WRITERS at a
-        time (one request each); the first storage error, if any. Each writer has a storage
-        client of its own: one client keeps a few connections, and requests beyond them would
-        each open and drop one."""
+        """Write (`text`) or delete (None) the plan objects of `pods`; the first storage error,
+        if any. The writes go as one put_many (S3: pipelined on a few kept-alive connections,
+        ~0.1 ms of the operator's CPU each). The deletes go POD_PLAN_DELETERS at a time (one
+        request each), each deleter with a storage client of its own: one client keeps a few
+        connections, and requests beyond them would each open and drop one."""
         if not pods or not self.config.storage:
             return None
         uri = namespace_storage(self.config.storage, namespace)
         keys = [pod_plan_key(str(pod["metadata"]["uid"])) for pod in pods]
+        if text is not None:
+            data = text.encode()
+            written = _open_storage(uri).put_many([(key, data) for key in keys])
+            return next((str(error) for error in written if error is not None), None)
         clients = threading.local()
 
-        def write(key: str) -> str | None:
+        def delete(key: str) -> str | None:
             try:
                 storage: Storage | None = getattr(clients, "storage", None)
                 if storage is None:
                     storage = clients.storage = _open_storage(uri)
-                if text is None:
-                    storage.delete(key)
-                else:
-                    storage.put_text(key, text)
+                storage.delete(key)
             except StorageNotFound:
                 return None  # deleting what is not there
             except (StorageError, OSError) as exc:  # a local folder's delete raises OSError
                 return str(exc)
             return None
 
-        with ThreadPoolExecutor(max_workers=POD_PLAN_WRITERS) as pool:
-            errors = [e for e in pool.map(write, keys) if e is not None]
+        with ThreadPoolExecutor(max_workers=POD_PLAN_DELETERS) as pool:
+            errors = [e for e in pool.map(delete, keys) if e is not None]
         return errors[0] if errors else None
 
     def _disarm(

@@ -88,6 +88,20 @@ class Storage(abc.ABC):
                 out.append(exc)
         return out
 
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> builtins.list[StorageError | None]:
+        """Write each (key, bytes) as put_bytes does; for each, in order, the StorageError
+        put_bytes raises for it or None: for writing many small objects, which a backend may
+        send side by side."""
+        return [self._put_or_error(item) for item in items]
+
+    def _put_or_error(self, item: tuple[str, bytes]) -> StorageError | None:
+        """put_bytes of (key, bytes); the StorageError it raises, returned."""
+        try:
+            self.put_bytes(*item)
+        except StorageError as exc:
+            return exc
+        return None
+
     def list_pages(self, prefix: str = "") -> Iterator[builtins.list[str]]:
         """The keys of `list(prefix)`, in parts as the backend lists them (S3: a request of
         1,000 keys each), so that a caller can use the first while the next are listed."""

@@ -46,7 +46,7 @@ from perfdiag.storage.base import (
     write_via_temp,
 )
 from perfdiag.storage.retry import RetryPolicy
-from perfdiag.storage.s3_bulk import BulkGetter, Endpoint, Keys, NotPlain, list_pages
+from perfdiag.storage.s3_bulk import BulkClient, Endpoint, Keys, NotPlain, list_pages
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -60,10 +60,14 @@ READ_TIMEOUT_S = 60.0
 
 # Objects up to one part go up in a single PUT; larger ones as multipart in parts of this size.
 READ_CONCURRENCY = 16
-"""Connections reading many keys at once (a capture's workers' files)."""
+"""Connections reading or writing many keys at once (a capture's workers' files, the pods'
+plans)."""
 PIPELINED = 8
-"""GETs sent at once on one connection (their answers, a few KB each, fit the socket buffers:
-the server never waits for the client to read while the client waits to send)."""
+"""GETs or PUTs sent at once on one connection (the answers, a few KB to a GET and a few hundred
+bytes to a PUT, fit the socket buffers: the server never waits for the client to read while the
+client waits to send)."""
+PIPELINED_PUT_MAX_BYTES = 1 << 20
+"""Objects of put_many up to this size go up pipelined; larger ones one by one by put_bytes."""
 PART_SIZE = 16 << 20
 PARALLEL_PARTS = 2
 _CHUNK = 1 << 20
@@ -186,7 +190,7 @@ class S3Storage(Storage):
         )
         self._bucket_checked = threading.Event()
         self._ca_file = ca_file
-        self._bulk: BulkGetter | None = None
+        self._bulk: BulkClient | None = None
         self._bulk_made = False
         self._bulk_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -267,12 +271,11 @@ class S3Storage(Storage):
         (perfdiag/storage/s3_bulk.py); a key whose answer is anything but a plain 200 or a
         plain NoSuchKey is read again by get_bytes, whose retries and errors apply."""
         self._check_bucket()
-        getter = self._bulk_getter()
+        client = self._bulk_client()
         names = [self._name(key) for key in keys]
-        chunks = [range(i, min(i + PIPELINED, len(keys))) for i in range(0, len(keys), PIPELINED)]
 
         def chunk(indexes: range) -> builtins.list[bytes | StorageError]:
-            got = getter.get_all([names[i] for i in indexes]) if getter is not None else []
+            got = client.get_all([names[i] for i in indexes]) if client is not None else []
             out: builtins.list[bytes | StorageError] = []
             for n, i in enumerate(indexes):
                 answer = got[n] if n < len(got) else None
@@ -287,24 +290,64 @@ class S3Storage(Storage):
                         out.append(exc)
             return out
 
-        return [item for part in self._reader_pool().map(chunk, chunks) for item in part]
+        return self._in_chunks(len(keys), chunk)
 
-    def _reader_pool(self) -> ThreadPoolExecutor:
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> builtins.list[StorageError | None]:
+        """Plain PUTs on the connections of get_many, PIPELINED at a time on each
+        (perfdiag/storage/s3_bulk.py); an object whose answer is anything but a plain 200, or
+        over PIPELINED_PUT_MAX_BYTES, is written by put_bytes, whose retries and errors
+        apply. A bucket that cannot be opened is every object's error, found once."""
+        if not items:
+            return []
+        try:
+            self._check_bucket()
+        except StorageError as exc:
+            return [exc] * len(items)
+        client = self._bulk_client()
+        names = [self._lean_put_name(key, data) for key, data in items]
+
+        def chunk(indexes: range) -> builtins.list[StorageError | None]:
+            lean = [(i, name) for i in indexes if (name := names[i]) is not None]
+            plain: set[int] = set()
+            if client is not None and lean:
+                got = client.put_all([(name, items[i][1]) for i, name in lean])
+                plain = {i for (i, _), a in zip(lean, got, strict=True) if a and a.status == 200}
+            return [None if i in plain else self._put_or_error(items[i]) for i in indexes]
+
+        return self._in_chunks(len(items), chunk)
+
+    def _lean_put_name(self, key: str, data: bytes) -> str | None:
+        """The object name of a put_many item that goes up pipelined; None for one that
+        put_bytes writes (or refuses: an invalid key)."""
+        try:
+            return self._name(key) if len(data) <= PIPELINED_PUT_MAX_BYTES else None
+        except StorageError:
+            return None
+
+    def _in_chunks(
+        self, count: int, chunk: Callable[[range], builtins.list[T]]
+    ) -> builtins.list[T]:
+        """`chunk` of every PIPELINED consecutive indexes below `count`, READ_CONCURRENCY
+        chunks at a time (each on its thread's connection), joined in order."""
+        chunks = [range(i, min(i + PIPELINED, count)) for i in range(0, count, PIPELINED)]
+        return [item for part in self._bulk_pool().map(chunk, chunks) for item in part]
+
+    def _bulk_pool(self) -> ThreadPoolExecutor:
         with self._bulk_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(READ_CONCURRENCY, "perfdiag-s3-get")
+                self._pool = ThreadPoolExecutor(READ_CONCURRENCY, "perfdiag-s3-bulk")
             return self._pool
 
-    def _bulk_getter(self) -> BulkGetter | None:
-        """The lean reader of this bucket, made once from the minio client's own URL of an
-        object (path- or virtual-host style, region); None when it cannot be made."""
+    def _bulk_client(self) -> BulkClient | None:
+        """The lean reader and writer of this bucket, made once from the minio client's own URL
+        of an object (path- or virtual-host style, region); None when it cannot be made."""
         with self._bulk_lock:
             if not self._bulk_made:
-                self._bulk = self._make_bulk_getter()
+                self._bulk = self._make_bulk_client()
                 self._bulk_made = True
             return self._bulk
 
-    def _make_bulk_getter(self) -> BulkGetter | None:
+    def _make_bulk_client(self) -> BulkClient | None:
         try:
             region = self.client._get_region(self.bucket)
             url = self.client._base_url.build(
@@ -331,7 +374,7 @@ class S3Storage(Storage):
             self.credentials.secret_key,
             self.credentials.session_token,
         )
-        return BulkGetter(endpoint, keys)
+        return BulkClient(endpoint, keys)
 
     def put_file(self, key: str, path: Path) -> None:
         name = self._name(key)
@@ -407,10 +450,10 @@ class S3Storage(Storage):
 
         self._check_bucket()
         after: str | None = None  # the last name listed
-        getter = self._bulk_getter()
-        if getter is not None:
+        client = self._bulk_client()
+        if client is not None:
             try:
-                for page in list_pages(getter, search):
+                for page in list_pages(client, search):
                     yield keep(page)
                     after = page[-1] if page else after
                 return

@@ -162,3 +162,33 @@ def test_readers_never_see_a_partial_object(storage: Storage) -> None:
         writer.join()
     assert not errors
     assert storage.list() == ["timeline.json.gz"]  # no temporary objects or files visible
+
+
+def test_put_many_writes_each_object_and_returns_each_error(storage: Storage) -> None:
+    storage.put_bytes("pods/b.json", b"old")
+    items = [
+        ("pods/a.json", b'{"id": "a"}'),
+        ("pods/b.json", b"new"),
+        ("pods//invalid", b"x"),
+        ("pods/ü +.json", "✓".encode()),
+        ("pods/empty.json", b""),
+    ]
+    errors = storage.put_many(items)
+    assert [error is None for error in errors] == [True, True, False, True, True]
+    assert isinstance(errors[2], StorageError)
+    assert "invalid storage key" in str(errors[2])
+    assert storage.get_many([key for key, _ in items if key != "pods//invalid"]) == [
+        b'{"id": "a"}',
+        b"new",
+        "✓".encode(),
+        b"",
+    ]
+    assert storage.list() == ["pods/a.json", "pods/b.json", "pods/empty.json", "pods/ü +.json"]
+
+
+def test_put_many_of_many_objects_and_of_none(storage: Storage) -> None:
+    items = [(f"pods/{i}.json", f"plan {i};".encode() * (i % 7)) for i in range(300)]
+    assert storage.put_many(items) == [None] * len(items)
+    assert storage.get_many([key for key, _ in items]) == [data for _, data in items]
+    assert storage.put_many([]) == []
+    assert len(storage.list()) == len(items)
