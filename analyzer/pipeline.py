@@ -43,7 +43,7 @@ from perfdiag.analyzer.load.workers import account_workers
 from perfdiag.analyzer.report.analysis import Analysis
 from perfdiag.analyzer.report.html import render_report
 from perfdiag.analyzer.report.timeline import build_timeline
-from perfdiag.analyzer.report.verdict import build_verdict
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.analyzer.signals.contention import CpuWait, cpu_wait, without_chance_cpu_anomalies
 from perfdiag.analyzer.signals.cpu_cause import RankCpu, host_note, rank_cpu
 from perfdiag.analyzer.signals.hardware import (
@@ -163,16 +163,6 @@ def analyze_capture(
     reported.sort(key=lambda r: (-r.finding.severity, KIND_ORDER[r.finding.kind]))
     # Whole-job efficiency against expected ranges: advice, never a culprit (docs/design.md §4).
     observations = range_findings(violations)
-    verdict = build_verdict(
-        capture,
-        account,
-        steps,
-        reported,
-        limits,
-        observations,
-        input_notes=notes.inputs,
-        host_note=host_condition,
-    )
     return Analysis(
         capture=capture,
         thresholds=limits,
@@ -189,7 +179,7 @@ def analyze_capture(
         below_threshold=below,
         has_gpu=has_gpu,
         notes=notes,
-        verdict=verdict,
+        host_note=host_condition,
         collectives=collectives,
     )
 
@@ -331,9 +321,7 @@ def run_analysis(
             notes=notes,
         )
         say(f"compared {len(capture.metas)} workers in {time.monotonic() - started:.1f} s")
-        _timed(
-            seconds, layout.REPORT, lambda: target.put_text(layout.REPORT, render_report(analysis))
-        )
+        # The timeline first: the raw events it reads may add input notes to the verdict.
         _timed(
             seconds,
             layout.TIMELINE,
@@ -341,10 +329,12 @@ def run_analysis(
         )
     finally:
         capture.close()  # the timeline was the last to read its temporary files
-    verdict = analysis.verdict
-    late = [n for n in analysis.notes.inputs if n not in verdict.notes]
-    if late:  # inputs found unusable while the timeline was built
-        verdict = verdict.model_copy(update={"notes": [*verdict.notes, *late]})
+    verdict = verdict_of(analysis)
+    _timed(
+        seconds,
+        layout.REPORT,
+        lambda: target.put_text(layout.REPORT, render_report(analysis, verdict)),
+    )
     if capture.breakdown:
         breakdown = Breakdown(ranks={str(r): b for r, b in sorted(capture.breakdown.items())})
         target.put_text(layout.BREAKDOWN, breakdown.to_json())

@@ -425,6 +425,7 @@ def report(run: Run, read: Callable[[str], bytes], job: Job, where: str) -> None
 def memory_stage(n_ranks: int) -> None:
     from perfdiag.analyzer.pipeline import analyze_capture
     from perfdiag.analyzer.report.html import render_report
+    from perfdiag.analyzer.report.verdict import verdict_of
     from tests.analyzer.conftest import Fault, SyntheticJob, capture_of
 
     culprit = n_ranks * 2 // 3
@@ -436,9 +437,10 @@ def memory_stage(n_ranks: int) -> None:
           f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
     started = time.perf_counter()
     analysis = analyze_capture(capture_of(table, metas))
-    html = render_report(analysis)
+    verdict = verdict_of(analysis)
+    html = render_report(analysis, verdict)
     elapsed = time.perf_counter() - started
-    top = analysis.verdict.findings[0] if analysis.verdict.findings else None
+    top = verdict.findings[0] if verdict.findings else None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"memory: analyze_capture + report for {n_ranks:,} workers in {elapsed:.1f} s; "

@@ -15,7 +15,6 @@ from perfdiag.analyzer.load.capture import Capture, Notes
 from perfdiag.analyzer.load.workers import WorkerAccount
 from perfdiag.analyzer.signals.hardware import ResourceAnomaly
 from perfdiag.api.thresholds import Thresholds
-from perfdiag.api.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,8 @@ class Analysis:
     has_gpu: bool
     notes: Notes
     """What the analysis could not use or left out, as its stages said it: the report's notes
-    (`shown`) and verdict.json's (`inputs`)."""
-    verdict: Verdict
+    (`shown`) and verdict.json's (`inputs`). The timeline's reads may still add to them, so the
+    verdict is built from the analysis last (analyzer/report/verdict.py `verdict_of`)."""
+    host_note: str | None
+    """The host's CPU condition that names no rank, said in the verdict's summary too."""
     collectives: CollectiveAnalysis | None = None

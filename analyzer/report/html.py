@@ -37,7 +37,7 @@ from perfdiag.analyzer.text import format_ranks, ms, pct
 from perfdiag.api.ranks import format_runs, merge_runs, run_count
 from perfdiag.api.schema import CATEGORIES, IDLE
 from perfdiag.api.taxonomy import COMMUNICATION
-from perfdiag.api.verdict import RankRange, WorkerInfo, WorkerRange
+from perfdiag.api.verdict import RankRange, Verdict, WorkerInfo, WorkerRange
 
 if TYPE_CHECKING:
     import jinja2
@@ -49,8 +49,9 @@ MAX_WORKER_ROWS = 200
 CATEGORY_ORDER = [*(c for c in CATEGORIES if c != COMMUNICATION), IDLE, COMMUNICATION]
 
 
-def render_report(analysis: Analysis) -> str:
-    verdict = analysis.verdict
+def render_report(analysis: Analysis, verdict: Verdict) -> str:
+    """report.html of `analysis`, whose verdict.json is `verdict` (analyzer/report/verdict.py
+    `verdict_of`)."""
     culprits = _culprits(analysis)
     shown = _ranks_shown(analysis, culprits)
     below = sorted(analysis.below_threshold, key=lambda r: -r.finding.severity)[:10]
@@ -58,20 +59,20 @@ def render_report(analysis: Analysis) -> str:
         title=f"perfdiag — {verdict.status}: {verdict.summary}"[:160],
         css=resources.files("perfdiag.analyzer.report").joinpath("report.css").read_text(),
         verdict=verdict,
-        facts=_facts(analysis),
+        facts=_facts(analysis, verdict),
         findings=[_finding_row(item) for item in analysis.reported],
         observations=[_finding_row(item) for item in analysis.observations],
         ranks_shown=len(shown),
         ranks_total=len(analysis.account.expected),
-        step_chart=_step_chart(analysis, culprits, shown),
+        step_chart=_step_chart(analysis, verdict, culprits, shown),
         breakdown_chart=_breakdown_chart(analysis, culprits, shown),
         collectives=_collectives(analysis, culprits, shown),
         heatmap_chart=_heatmap_chart(analysis, culprits, shown),
-        workers=_workers(analysis),
+        workers=_workers(analysis, verdict),
         below=[_finding_row(item) for item in below],
         below_count=len(analysis.below_threshold),
         report_severity=pct(analysis.thresholds.report_severity),
-        notes=analysis.notes.shown,
+        notes=[*analysis.notes.shown, *(n for n in verdict.notes if n not in analysis.notes.shown)],
         thresholds=json.dumps(analysis.thresholds.model_dump(by_alias=True), indent=2),
         has_gpu=analysis.has_gpu,
         peer_groups=analysis.groups.basis,
@@ -167,8 +168,8 @@ class _Positions:
         return at
 
 
-def _facts(analysis: Analysis) -> list[tuple[str, str]]:
-    window = analysis.verdict.window
+def _facts(analysis: Analysis, verdict: Verdict) -> list[tuple[str, str]]:
+    window = verdict.window
     account = analysis.account
     facts = [
         ("source", analysis.capture.source),
@@ -314,7 +315,7 @@ def _scalar(value: Any) -> str | None:
     return str(value)
 
 
-def _step_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str:
+def _step_chart(analysis: Analysis, verdict: Verdict, culprits: set[int], shown: list[int]) -> str:
     steps = analysis.steps
     position = _Positions(steps.ranks)
     medians = steps.median_ms
@@ -355,7 +356,7 @@ def _step_chart(analysis: Analysis, culprits: set[int], shown: list[int]) -> str
                 "slow" if is_culprit else "",
             )
         )
-    median = analysis.verdict.window.step_time_ms.median
+    median = verdict.window.step_time_ms.median
     return bar_chart(bars, unit=" ms", reference=median, reference_label=f"median {ms(median)}")
 
 
@@ -539,13 +540,12 @@ class _Workers:
     less_cpu_wait: bool  # the ranks' sampled waits for a CPU are taken out of their own time
 
 
-def _workers(analysis: Analysis) -> _Workers:
+def _workers(analysis: Analysis, verdict: Verdict) -> _Workers:
     account = analysis.account
     features = analysis.features
     position = _Positions(features.ranks)
     comm = features.wait_index if len(features.ranks) else None
     nw = features.non_wait_index
-    verdict = analysis.verdict
     workers = verdict.workers
     # At most MAX_WORKER_ROWS rows, problems first: a row per missing or stuck worker and per
     # range of ranks with no file (verdict.missing), so that a world size claimed by the input,

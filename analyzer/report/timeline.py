@@ -31,6 +31,8 @@ from isal import isal_zlib
 
 from perfdiag.analyzer.load.timeline_events import timeline_events
 from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.report.verdict import bounded_ranks
+from perfdiag.api.verdict import Finding
 from perfdiag.engine.allocator import release_memory, system_allocator
 from perfdiag.storage import Storage, StorageNotFound, layout
 
@@ -49,7 +51,7 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
     ranks = sorted(capture.metas)
     if not ranks:
         return gzip.compress(json.dumps({"traceEvents": []}).encode())
-    named = sorted({r for f in analysis.verdict.findings for r in f.ranks if r in capture.metas})
+    named = sorted({r for f in _reported_findings(analysis) for r in f.ranks if r in capture.metas})
     shown = _shown_ranks(ranks, named)
     detailed = (named + [r for r in ranks if r not in named])[:DETAILED_RANKS]
     origin = min(capture.metas[r].window.step_bounds_ns[0][0] for r in shown)
@@ -230,7 +232,7 @@ def _raw_table(analysis: Analysis, storage: Storage, rank: int) -> pa.Table | No
         return timeline_events(table_from_bytes(data))
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         note = f"ignored {storage.uri_of(layout.worker_key(rank, layout.EVENTS))}: {exc}"
-        analysis.notes.add_input(note)  # run_analysis adds it to the verdict's notes
+        analysis.notes.add_input(note)  # the verdict, built after the timeline, says it
         return None
 
 
@@ -349,13 +351,18 @@ def _json_items(events: list[dict[str, Any]]) -> str:
     return json.dumps(events, separators=(",", ":"))[1:-1]
 
 
+def _reported_findings(analysis: Analysis) -> list[Finding]:
+    """The findings as verdict.json lists them (most severe first, ranks bounded)."""
+    return [bounded_ranks(r.finding) for r in analysis.reported]
+
+
 def _findings(analysis: Analysis, origin: int) -> list[dict[str, Any]]:
     metas = analysis.capture.metas
     out: list[dict[str, Any]] = [
         _meta(FINDINGS_PID, 0, "process_name", "findings"),
         _meta(FINDINGS_PID, 0, "process_sort_index", -1),
     ]
-    for n, finding in enumerate(analysis.verdict.findings, start=1):
+    for n, finding in enumerate(_reported_findings(analysis), start=1):
         label = f"#{n} {finding.kind}: {finding.category} (severity {finding.severity:.0%})"
         args = {
             "ranks": finding.ranks,

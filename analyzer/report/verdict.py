@@ -10,6 +10,7 @@ from perfdiag.analyzer.compare.features import StepTimes
 from perfdiag.analyzer.findings.reported import Reported
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.load.workers import WorkerAccount, missing_ranges, worker_infos
+from perfdiag.analyzer.report.analysis import Analysis
 from perfdiag.analyzer.text import ms, pct, ranks_phrase
 from perfdiag.api.ranks import format_runs, rank_runs
 from perfdiag.api.thresholds import Thresholds
@@ -149,6 +150,21 @@ def _continued(clause: str) -> str:
 
 def _strip(text: str) -> str:
     return text.rstrip(". ")
+
+
+def verdict_of(analysis: Analysis) -> Verdict:
+    """verdict.json of `analysis`, with every input note its stages have added so far: built
+    last, once the timeline has read what it reads."""
+    return build_verdict(
+        analysis.capture,
+        analysis.account,
+        analysis.steps,
+        analysis.reported,
+        analysis.thresholds,
+        analysis.observations,
+        input_notes=analysis.notes.inputs,
+        host_note=analysis.host_note,
+    )
 
 
 def build_verdict(

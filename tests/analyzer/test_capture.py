@@ -200,6 +200,25 @@ def test_stuck_threshold_is_configurable(local_storage: LocalStorage) -> None:
     assert analyze(local_storage, thresholds=patient).status == "incomplete"
 
 
+def test_events_only_the_timeline_reads_are_noted_in_verdict_and_report(
+    local_storage: LocalStorage,
+) -> None:
+    """A healthy rank's raw events are read by the timeline alone, after the comparison: a
+    corrupt file is still said in verdict.json's notes and the report's."""
+    table, metas = SyntheticJob(
+        n_ranks=4, seed=1, faults=[Fault([2], TOKENIZE, "python", 40)]
+    ).build()
+    write_capture(local_storage, table, metas)
+    local_storage.put_bytes(layout.worker_key(0, layout.EVENTS), b"PAR1 this is not parquet")
+    verdict = analyze(local_storage)
+    assert verdict.findings[0].ranks == [2]
+    events = local_storage.uri_of(layout.worker_key(0, layout.EVENTS))
+    noted = [n for n in verdict.notes if n.startswith(f"ignored {events}")]
+    assert len(noted) == 1, verdict.notes
+    assert Verdict.model_validate_json(local_storage.get_text(layout.VERDICT)) == verdict
+    assert f"ignored {events}" in local_storage.get_text(layout.REPORT)
+
+
 def test_unreadable_summary_is_a_missing_worker_not_a_crash(local_storage: LocalStorage) -> None:
     table, metas = SyntheticJob(n_ranks=4, seed=11).build()
     write_capture(local_storage, table, metas)

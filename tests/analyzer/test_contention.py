@@ -9,6 +9,7 @@ import pytest
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.report.verdict import verdict_of
 from tests.analyzer.conftest import Fault, SyntheticJob, capture_of
 
 MM = "aten::mm"
@@ -54,7 +55,7 @@ def test_extra_run_queue_wait_on_an_oversubscribed_host_names_no_rank(peers: flo
     # Rank 2 runs aten::mm exactly as long as its peers; the extra 14 ms is run-queue wait.
     own_share = MM_BASE_MS * peers / (MM_BASE_MS + extra)
     analysis = analyze(extra, {(2, MM): own_share}, peers)
-    verdict = analysis.verdict
+    verdict = verdict_of(analysis)
     assert verdict.status == "healthy", verdict.to_json()
     assert not verdict.findings
     assert [c.rank for c in analysis.fusion.contended] == [2]
@@ -75,14 +76,14 @@ def test_each_analysis_gathers_its_own_notes() -> None:
     first, second = analyze_capture(capture), analyze_capture(capture)
     assert len(first.notes.shown) == 1 and "waiting for a CPU" in first.notes.shown[0]
     assert second.notes.shown == first.notes.shown
-    assert capture.notes == [] and first.verdict.notes == []
+    assert capture.notes == [] and verdict_of(first).notes == []
 
 
 def test_more_work_on_an_oversubscribed_host_is_still_a_slow_worker() -> None:
     # Same share of a CPU as the peers: rank 2 does 14 ms more aten::mm work (and waits in
     # proportion): the excess is its own.
     analysis = analyze(14.0, {}, 0.6)
-    top = analysis.verdict.findings[0]
+    top = verdict_of(analysis).findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == ("slow_worker", [2], "cpu_op", MM)
     assert not analysis.fusion.contended
 
@@ -91,7 +92,7 @@ def test_a_noisy_neighbour_starving_one_rank_is_host() -> None:
     # The peers get a CPU whenever they are runnable; rank 2 does not: not chance, the host.
     own_share = MM_BASE_MS * 0.98 / (MM_BASE_MS + 14.0)
     analysis = analyze(14.0, {(2, MM): own_share}, 0.98)
-    findings = analysis.verdict.findings
+    findings = verdict_of(analysis).findings
     assert {(f.kind, tuple(f.ranks), f.category) for f in findings[:2]} == {
         ("slow_worker", (2,), "host"),
         ("hardware", (2,), "host"),
@@ -103,7 +104,7 @@ def test_without_host_samples_nothing_changes() -> None:
     job = SyntheticJob(n_ranks=4, seed=5, faults=[Fault([2], MM, "cpu_op", extra_ms=14.0)])
     table, metas = job.build()
     analysis = analyze_capture(capture_of(table, metas))
-    assert analysis.verdict.findings[0].ranks == [2]
+    assert verdict_of(analysis).findings[0].ranks == [2]
     assert not analysis.fusion.contended
     assert np.all(np.isnan(table.column("resource_mu").to_numpy(zero_copy_only=False)))
 
@@ -116,7 +117,7 @@ def test_one_functions_cpu_share_on_an_oversubscribed_host_is_not_hardware() -> 
     table, metas = job.build()
     table = with_run_share(table, {(r, loader): 0.96 for r in (0, 2, 3)} | {(1, loader): 0.4}, 0.6)
     analysis = analyze_capture(capture_of(table, metas))
-    assert analysis.verdict.status == "healthy", analysis.verdict.to_json()
+    assert verdict_of(analysis).status == "healthy", verdict_of(analysis).to_json()
     assert not analysis.anomalies
     assert any("rank 1" in n and "oversubscribed" in n for n in analysis.notes.shown)
     # The same rank on a host where the peers get a CPU: the host is named.

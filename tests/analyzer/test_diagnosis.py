@@ -6,6 +6,7 @@ import pytest
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.analysis import Analysis
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.analyzer.signals.hardware import resource_category
 from perfdiag.api.thresholds import Thresholds
 from perfdiag.api.verdict import Finding
@@ -21,7 +22,9 @@ def run(job: SyntheticJob, **kwargs: object) -> Analysis:
 
 
 def culprit_findings(analysis: Analysis) -> list[Finding]:
-    return [f for f in analysis.verdict.findings if f.kind in ("slow_worker", "function_anomaly")]
+    return [
+        f for f in verdict_of(analysis).findings if f.kind in ("slow_worker", "function_anomaly")
+    ]
 
 
 @pytest.mark.parametrize("n_ranks", [2, 4, 8])
@@ -31,7 +34,7 @@ def test_python_hotspot_names_rank_function_and_category(n_ranks: int, seed: int
         n_ranks=n_ranks, seed=seed, faults=[Fault([1], TOKENIZE, "python", extra_ms=40.0)]
     )
     analysis = run(job)
-    verdict = analysis.verdict
+    verdict = verdict_of(analysis)
     assert verdict.status == "degraded"
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == (
@@ -56,7 +59,7 @@ def test_python_hotspot_names_rank_function_and_category(n_ranks: int, seed: int
 
 def test_extra_aten_work_is_cpu_op() -> None:
     job = SyntheticJob(n_ranks=4, seed=3, faults=[Fault([3], "aten::mm", "cpu_op", extra_ms=45.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == (
         "slow_worker",
@@ -78,7 +81,7 @@ def test_extra_work_spread_over_many_ops_is_cpu_op_without_a_single_function() -
         "aten::add_": 4.0,
     }
     faults = [Fault([2], op, "cpu_op", extra_ms=base[op] * 0.35) for op in ops]
-    verdict = run(SyntheticJob(n_ranks=8, seed=4, faults=faults)).verdict
+    verdict = verdict_of(run(SyntheticJob(n_ranks=8, seed=4, faults=faults)))
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category) == ("slow_worker", [2], "cpu_op")
     assert not [f for f in verdict.findings if f.kind == "function_anomaly"]
@@ -86,7 +89,7 @@ def test_extra_work_spread_over_many_ops_is_cpu_op_without_a_single_function() -
 
 def test_dataloader_stall_is_dataloader() -> None:
     job = SyntheticJob(n_ranks=4, seed=5, faults=[Fault([2], LOADER, "dataloader", extra_ms=35.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == (
         "slow_worker",
@@ -99,7 +102,7 @@ def test_dataloader_stall_is_dataloader() -> None:
 def test_uninstrumented_work_counts_as_python_and_says_so() -> None:
     # Without Python stacks, a pure-Python hotspot runs under no profiled op: idle time.
     job = SyntheticJob(n_ranks=4, seed=6, faults=[Fault([0], "<idle>", "idle", extra_ms=40.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == ("slow_worker", [0], "python", None)
     assert "Python stacks" in top.message
@@ -108,7 +111,7 @@ def test_uninstrumented_work_counts_as_python_and_says_so() -> None:
 
 def test_two_slow_ranks_with_the_same_cause_fuse_into_one_finding() -> None:
     job = SyntheticJob(n_ranks=8, seed=7, faults=[Fault([2, 5], TOKENIZE, "python", 30.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     slow = [f for f in verdict.findings if f.kind == "slow_worker"]
     assert len(slow) == 1
     assert slow[0].ranks == [2, 5]
@@ -121,7 +124,7 @@ def test_two_slow_ranks_with_different_causes_are_two_findings() -> None:
         seed=8,
         faults=[Fault([2], TOKENIZE, "python", 50.0), Fault([6], LOADER, "dataloader", 25.0)],
     )
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     slow = [(f.ranks, f.category) for f in verdict.findings if f.kind == "slow_worker"]
     assert slow == [([2], "python"), ([6], "dataloader")]  # sorted by severity
 
@@ -134,8 +137,8 @@ def test_one_step_spike_is_not_persistent_and_not_reported(seed: int) -> None:
         n_ranks=4, seed=seed, faults=[Fault([2], TOKENIZE, "python", 400.0, steps=[4])]
     )
     analysis = run(job)
-    assert analysis.verdict.status == "healthy", analysis.verdict.summary
-    assert analysis.verdict.findings == []
+    assert verdict_of(analysis).status == "healthy", verdict_of(analysis).summary
+    assert verdict_of(analysis).findings == []
     k = analysis.features.index_of("python", TOKENIZE)
     assert k is not None
     assert analysis.deviations.candidate[2, k]  # outlying on average …
@@ -152,7 +155,7 @@ def test_healthy_jitter_across_many_seeds_and_sizes_is_healthy() -> None:
             job = SyntheticJob(
                 n_ranks=n_ranks, seed=1000 + seed, step_jitter=0.10, rank_jitter=0.05
             )
-            verdict = run(job).verdict
+            verdict = verdict_of(run(job))
             assert verdict.status == "healthy", (n_ranks, seed, verdict.summary)
             assert all(f.severity < thresholds.report_severity for f in verdict.findings)
             assert verdict.findings == []
@@ -161,7 +164,7 @@ def test_healthy_jitter_across_many_seeds_and_sizes_is_healthy() -> None:
 
 
 def test_healthy_summary_states_step_time() -> None:
-    verdict = run(SyntheticJob(n_ranks=4, seed=9)).verdict
+    verdict = verdict_of(run(SyntheticJob(n_ranks=4, seed=9)))
     assert verdict.status == "healthy"
     assert "median step" in verdict.summary
     assert set(verdict.window.step_time_ms.per_rank) == {"0", "1", "2", "3"}
@@ -171,7 +174,7 @@ def test_healthy_summary_states_step_time() -> None:
 def test_job_wide_dataloader_starvation_is_expected_range_on_all_ranks() -> None:
     # Every rank waits ~30 ms per step for input: peers look alike, the range check sees it.
     job = SyntheticJob(n_ranks=4, seed=10, scale={"dataloader": 50.0})
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     # A whole-job observation, shown and advised, is no fault of a part of the job.
     assert verdict.status == "healthy"
     assert not verdict.findings
@@ -193,19 +196,19 @@ def test_one_long_pause_on_every_rank_is_not_an_expected_range_problem(seed: int
         seed=seed,
         faults=[Fault([0, 1, 2, 3], "gc.collect(gen=2)", "gc", 700.0, steps=[0])],
     )
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     assert not verdict.observations, verdict.summary
     # The same pause in every step is the job's shape and is reported.
     every_step = SyntheticJob(
         n_ranks=4, seed=seed, faults=[Fault([0, 1, 2, 3], "gc.collect(gen=2)", "gc", 70.0)]
     )
-    ranges = run(every_step).verdict.observations
+    ranges = verdict_of(run(every_step)).observations
     assert [(f.category, f.ranks) for f in ranges] == [("gc", [0, 1, 2, 3])]
 
 
 def test_gpu_job_uses_gpu_ranges() -> None:
     job = SyntheticJob(n_ranks=4, seed=11, gpu=True, scale={"cuda_runtime": 20.0})
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     ranges = {f.category: f for f in verdict.observations}
     assert verdict.status == "healthy"
     assert set(ranges) == {"cuda_runtime"}  # 10 ms of ~100 ms: 9% over the 1% GPU bound
@@ -216,7 +219,7 @@ def test_victims_waiting_is_not_an_expected_range_problem() -> None:
     # A big straggler makes its peers wait ~60% of the step in communication; that time is
     # the straggler's fault and must not become a job-wide communication finding.
     job = SyntheticJob(n_ranks=4, seed=12, faults=[Fault([1], TOKENIZE, "python", 150.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     assert verdict.findings[0].ranks == [1]
     assert not verdict.observations
     assert not [f for f in verdict.findings if f.kind == "expected_range"]
@@ -230,7 +233,7 @@ def test_degraded_gpu_clock_is_attributed_to_hardware() -> None:
         gpu=True,
         faults=[Fault([5], kernel, "gpu_compute", extra_ms=30.0, clock_factor=0.6)],
     )
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     top = verdict.findings[0]
     assert (top.kind, top.ranks, top.category, top.function) == (
         "slow_worker",
@@ -251,7 +254,7 @@ def test_slow_kernel_with_normal_clock_is_software() -> None:
     job = SyntheticJob(
         n_ranks=8, seed=14, gpu=True, faults=[Fault([5], kernel, "gpu_compute", extra_ms=30.0)]
     )
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     top = verdict.findings[0]
     assert (top.ranks, top.category) == ([5], "gpu_compute")
     assert not [f for f in verdict.findings if f.kind == "hardware"]
@@ -277,26 +280,26 @@ def test_roles_with_different_functions_are_not_compared() -> None:
     analysis = run(SyntheticJob(n_ranks=8, seed=15, roles=roles))
     assert len(analysis.groups.names) == 2
     assert analysis.groups.labels.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert analysis.verdict.status == "healthy", analysis.verdict.summary
+    assert verdict_of(analysis).status == "healthy", verdict_of(analysis).summary
     # … and a real culprit inside one role is still found.
     job = SyntheticJob(
         n_ranks=8, seed=15, roles=roles, faults=[Fault([6], TOKENIZE, "python", 40.0)]
     )
-    assert run(job).verdict.findings[0].ranks == [6]
+    assert verdict_of(run(job)).findings[0].ranks == [6]
 
 
 def test_two_ranks_with_the_same_extra_function_are_not_a_role() -> None:
     job = SyntheticJob(n_ranks=8, seed=20, faults=[Fault([1, 2], TOKENIZE, "python", 40.0)])
     analysis = run(job)
     assert len(analysis.groups.names) == 1
-    assert analysis.verdict.findings[0].ranks == [1, 2]
+    assert verdict_of(analysis).findings[0].ranks == [1, 2]
 
 
 def test_a_single_rank_with_an_extra_function_stays_in_its_peer_group() -> None:
     job = SyntheticJob(n_ranks=8, seed=16, faults=[Fault([3], TOKENIZE, "python", 40.0)])
     analysis = run(job)
     assert len(analysis.groups.names) == 1
-    assert analysis.verdict.findings[0].ranks == [3]
+    assert verdict_of(analysis).findings[0].ranks == [3]
 
 
 def test_communication_slower_without_peers_working_more_is_reported() -> None:
@@ -305,7 +308,7 @@ def test_communication_slower_without_peers_working_more_is_reported() -> None:
 
     job = SyntheticJob(n_ranks=8, seed=17, faults=[Fault([2], comm_name, "communication", 25.0)])
     analysis = run(job)
-    top = analysis.verdict.findings[0]
+    top = verdict_of(analysis).findings[0]
     assert (top.kind, top.ranks, top.category) == ("slow_worker", [2], "communication")
     assert top.evidence["unexplained_ms_per_step"] > 15
 
@@ -315,7 +318,7 @@ def test_two_ranks_never_make_a_communication_outlier() -> None:
     from tests.analyzer.conftest import COMM as comm_name
 
     job = SyntheticJob(n_ranks=2, seed=17, faults=[Fault([1], comm_name, "communication", 25.0)])
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     assert not [f for f in verdict.findings if f.category == "communication"], verdict.to_json()
 
 
@@ -329,7 +332,7 @@ def test_longer_autograd_without_cpu_samples_is_not_named_in_data_parallel_jobs(
         n_ranks=4, seed=5, faults=[Fault([1], AUTOGRAD_ENTRY, "python", extra_ms=30.0)]
     )
     analysis = run(job)
-    assert not culprit_findings(analysis), analysis.verdict.to_json()
+    assert not culprit_findings(analysis), verdict_of(analysis).to_json()
     assert any("run_backward" in note and "not named" in note for note in analysis.notes.shown)
 
 
@@ -340,7 +343,7 @@ def test_findings_sorted_by_severity() -> None:
         scale={"dataloader": 40.0},
         faults=[Fault([2], TOKENIZE, "python", 30.0), Fault([6], "aten::mm", "cpu_op", 60.0)],
     )
-    findings = run(job).verdict.findings
+    findings = verdict_of(run(job)).findings
     assert len(findings) >= 4
     severities = [f.severity for f in findings]
     assert severities == sorted(severities, reverse=True)
@@ -348,8 +351,8 @@ def test_findings_sorted_by_severity() -> None:
 
 def test_reporting_threshold_is_configurable() -> None:
     job = SyntheticJob(n_ranks=4, seed=19, faults=[Fault([1], TOKENIZE, "python", 12.0)])
-    assert run(job).verdict.findings[0].ranks == [1]
-    strict = run(job, thresholds=Thresholds(report_severity=0.5)).verdict
+    assert verdict_of(run(job)).findings[0].ranks == [1]
+    strict = verdict_of(run(job, thresholds=Thresholds(report_severity=0.5)))
     assert strict.status == "healthy"
     assert strict.findings == []
 
@@ -363,7 +366,7 @@ def test_victims_waiting_in_python_wait_frames_are_still_victims(seed: int) -> N
         python_wait_share=0.4,
         faults=[Fault([2], "aten::mm", "cpu_op", extra_ms=40.0)],
     )
-    verdict = run(job).verdict
+    verdict = verdict_of(run(job))
     assert [(f.kind, f.ranks, f.category) for f in verdict.findings if f.kind == "slow_worker"] == [
         ("slow_worker", [2], "cpu_op")
     ]
@@ -374,7 +377,7 @@ def test_uneven_python_wait_frames_on_a_healthy_job_are_healthy() -> None:
     # As on the real healthy demo: two ranks show 5× more of their wait as a Python frame.
     for seed in range(20):
         job = SyntheticJob(n_ranks=4, seed=2000 + seed, python_wait_share=[0.1, 0.6, 0.1, 0.6])
-        verdict = run(job).verdict
+        verdict = verdict_of(run(job))
         assert verdict.status == "healthy", (seed, verdict.summary)
     # Treated as work, that wait would make ranks 1 and 3 look slow (this is what the
     # collective-wait rule prevents).
@@ -387,10 +390,10 @@ def test_uneven_python_wait_frames_on_a_healthy_job_are_healthy() -> None:
 
 
 def test_a_single_rank_has_no_peers_but_expected_ranges_apply() -> None:
-    healthy = run(SyntheticJob(n_ranks=1, seed=21)).verdict
+    healthy = verdict_of(run(SyntheticJob(n_ranks=1, seed=21)))
     assert healthy.status == "healthy"
     assert healthy.summary.startswith("The rank looks healthy")
-    starving = run(SyntheticJob(n_ranks=1, seed=21, scale={"dataloader": 50.0})).verdict
+    starving = verdict_of(run(SyntheticJob(n_ranks=1, seed=21, scale={"dataloader": 50.0})))
     assert starving.status == "healthy"
     assert [(f.kind, f.category, f.ranks) for f in starving.observations] == [
         ("expected_range", "dataloader", [0])

@@ -13,6 +13,7 @@ from perfdiag.analyzer import analyze
 from perfdiag.analyzer.compare.peers import one_group
 from perfdiag.analyzer.load.capture_folder import load_capture
 from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.storage import open_storage
 from perfdiag_testing.fault_matrix import CULPRIT, RANKS, Scenario, scenarios
 from perfdiag_testing.synthetic_trace import TraceFault, TraceJob
@@ -86,7 +87,7 @@ def test_pipeline_roles_come_from_process_groups(tmp_path: Path) -> None:
     with_roles = analyze_capture(capture)
     assert "process-group" in with_roles.groups.basis
     assert len(with_roles.groups.names) == 2
-    assert with_roles.verdict.findings == []
+    assert verdict_of(with_roles).findings == []
     without = analyze_capture(capture, roles=one_group)
-    assert without.verdict.findings, "the imbalance must be visible when roles are ignored"
-    assert without.verdict.findings[0].ranks == [6, 7]
+    assert verdict_of(without).findings, "the imbalance must be visible when roles are ignored"
+    assert verdict_of(without).findings[0].ranks == [6, 7]

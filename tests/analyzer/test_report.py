@@ -14,6 +14,7 @@ from pathlib import Path
 from perfdiag.analyzer import analyze
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.html import render_report
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.storage import layout
 from perfdiag.storage.local import LocalStorage
@@ -74,7 +75,8 @@ class _References(HTMLParser):
 
 def _report_of(job: SyntheticJob, **capture_kwargs: object) -> str:
     table, metas = job.build()
-    return render_report(analyze_capture(capture_of(table, metas, **capture_kwargs)))  # type: ignore[arg-type]
+    analysis = analyze_capture(capture_of(table, metas, **capture_kwargs))  # type: ignore[arg-type]
+    return render_report(analysis, verdict_of(analysis))
 
 
 def test_report_is_self_contained() -> None:

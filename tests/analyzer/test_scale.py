@@ -13,6 +13,7 @@ import pytest
 
 from perfdiag.analyzer.pipeline import analyze_capture
 from perfdiag.analyzer.report.html import render_report
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.api.verdict import MAX_WORKER_ROWS, Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.local.verdict_text import render_verdict
@@ -38,8 +39,8 @@ def large() -> tuple[Verdict, str, float]:
     capture = capture_of(table, metas, statuses, drop=[17, 18, 19])
     started = time.perf_counter()
     analysis = analyze_capture(capture, expected_ranks=list(range(20_010)))
-    html = render_report(analysis)
-    return analysis.verdict, html, time.perf_counter() - started
+    html = render_report(analysis, verdict_of(analysis))
+    return verdict_of(analysis), html, time.perf_counter() - started
 
 
 def test_the_culprit_is_found_in_bounded_time(large: tuple[Verdict, str, float]) -> None:
@@ -86,7 +87,7 @@ def test_written_sizes_do_not_grow_with_the_workers(large: tuple[Verdict, str, f
 
 def test_a_small_capture_keeps_a_row_per_worker() -> None:
     table, metas = SyntheticJob(n_ranks=8, seed=1).build()
-    verdict = analyze_capture(capture_of(table, metas)).verdict
+    verdict = verdict_of(analyze_capture(capture_of(table, metas)))
     document = json.loads(verdict.to_json())
     assert [w["rank"] for w in document["workers"]] == list(range(8))
     # The fields added for large captures are absent: earlier readers see what they know.

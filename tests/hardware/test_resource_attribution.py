@@ -23,6 +23,7 @@ import pytest
 
 from perfdiag.analyzer.load.capture import Capture
 from perfdiag.analyzer.pipeline import analyze_capture
+from perfdiag.analyzer.report.verdict import verdict_of
 from perfdiag.api.schema import EVENTS_SCHEMA, WindowMeta, WorkerMeta
 from perfdiag.api.verdict import Verdict
 from perfdiag.collector.hardware import Series, hardware_table
@@ -140,7 +141,7 @@ def analyze(faults: dict[int, RankFault]) -> tuple[list[pa.Table], Verdict]:
     capture = Capture(
         source="synthetic", kind="capture", summary=pa.concat_tables(summaries), metas=metas
     )
-    return summaries, analyze_capture(capture, read_hardware=hardware.get).verdict
+    return summaries, verdict_of(analyze_capture(capture, read_hardware=hardware.get))
 
 
 def resource_of(summary: pa.Table, function: str) -> tuple[str | None, float | None]:
