@@ -65,15 +65,15 @@ def max_cover(left: IntArray, right: IntArray, key: IntArray, n_segments: int) -
     each segment, -1 where none does. Keys must be ≥ 0."""
     length = right - left
     keep = length > 0
-    if not keep.any() or n_segments == 0:
+    if n_segments == 0 or not keep.any():
         return np.full(n_segments, -1, dtype=np.int64)
-    left, right, key, length = left[keep], right[keep], key[keep], length[keep]
+    if not keep.all():
+        left, right, key, length = left[keep], right[keep], key[keep], length[keep]
     # 32-bit where it fits: the level-by-level push-down reads and writes every segment once
     # per level, at half the memory traffic.
     small = n_segments < 2**31 and int(key.max()) < 2**31
     dtype = np.int32 if small else np.int64
     out = np.full(n_segments, -1, dtype=dtype)
-    key = key.astype(dtype, copy=False)
     # floor(log2(length)): the exponent field of the (exact) float64; uint8 for numpy's radix
     # sort, which is linear.
     level = ((length.astype(np.float64).view(np.int64) >> 52) - 1023).astype(np.uint8)
@@ -81,13 +81,15 @@ def max_cover(left: IntArray, right: IntArray, key: IntArray, n_segments: int) -
     level_sorted = level[by_level]
     top = int(level_sorted[-1])
     cuts = np.searchsorted(level_sorted, np.arange(top + 2))
+    # The intervals in level order, each array gathered once: a level is a slice of them.
+    left, right, key = left[by_level], right[by_level], key[by_level].astype(dtype, copy=False)
     spare = np.empty_like(out)
     for k in range(top, -1, -1):
-        chosen = by_level[cuts[k] : cuts[k + 1]]
-        if len(chosen):
-            width = 1 << k
-            where = np.concatenate([left[chosen], right[chosen] - width])
-            np.maximum.at(out, where, np.concatenate([key[chosen], key[chosen]]))
+        first, last = int(cuts[k]), int(cuts[k + 1])
+        if last > first:
+            chosen = key[first:last]
+            np.maximum.at(out, left[first:last], chosen)
+            np.maximum.at(out, right[first:last] - (1 << k), chosen)
         if k:
             half = 1 << (k - 1)
             # Block [i, i + 2h) splits into [i, i + h) and [i + h, i + 2h).
@@ -106,14 +108,18 @@ def _ranks_of(order: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
 
 
 def _rank_by_start(
-    start: IntArray, minor: IntArray | None, major: npt.NDArray[np.int8]
+    start: IntArray,
+    minor: IntArray | None,
+    major: npt.NDArray[np.int8],
+    by_start: IntArray | None = None,
 ) -> tuple[IntArray, IntArray]:
     """Ranks in the lexicographic order of (`major`, `start`, `minor`), ties in row order: what
     np.lexsort((minor, start, major)) gives, for `start` nearly in order and `major` of a few
-    small values ≥ 0: one stable sort of the starts (a timsort of what is nearly sorted: ~8×
+    small values: one stable sort of the starts (a timsort of what is nearly sorted: ~8×
     faster than lexsort's sort of a random `minor`), `minor` ordered within runs of equal
-    starts only, then a stable split by `major`."""
-    order = np.argsort(start, kind="stable")
+    starts only, then a stable sort by `major` (a radix sort: int8). `by_start`: that stable
+    argsort of `start`, when the caller has it already."""
+    order = np.argsort(start, kind="stable") if by_start is None else by_start.copy()
     if minor is not None and len(order) > 1:
         ordered = start[order]
         tie = ordered[1:] == ordered[:-1]
@@ -125,22 +131,16 @@ def _rank_by_start(
             run = np.cumsum(np.r_[True, ~tie])[at]  # runs stay where they are
             tied = order[at]
             order[at] = tied[np.lexsort((minor[tied], run))]
-    values = np.flatnonzero(np.bincount(major)) if len(major) else np.zeros(0, dtype=np.int64)
-    if len(values) > 1:
-        by_major = major[order]
-        order = np.concatenate([order[by_major == value] for value in values.tolist()])
+    if len(order) and int(major.min()) != int(major.max()):
+        order = order[np.argsort(major[order], kind="stable")]
     return _ranks_of(order)
 
 
-def _cover_owner(
-    starts: IntArray, ends: IntArray, key: IntArray, cuts: IntArray | None = None
-) -> tuple[IntArray, IntArray]:
-    """Elementary segments of the intervals (plus `cuts`) and the highest key covering each."""
-    edges, where = _distinct_sorted(
-        np.concatenate([starts, ends] + ([cuts] if cuts is not None else []))
-    )
+def _cover_owner(starts: IntArray, ends: IntArray, key: IntArray) -> tuple[IntArray, IntArray]:
+    """Elementary segments of the intervals and the highest key covering each."""
+    edges, where = _distinct_sorted(np.concatenate([starts, ends]))
     n = len(starts)
-    owner = max_cover(where[:n], where[n : 2 * n], key, max(len(edges) - 1, 0))
+    owner = max_cover(where[:n], where[n:], key, max(len(edges) - 1, 0))
     return edges, owner
 
 
@@ -154,17 +154,20 @@ def critical_path(events: pa.Table, bounds: list[tuple[int, int]]) -> ChargedTim
     # is a few arrays of the candidates, not all of them at once.
     rows, start_o, end_o = _candidates(events, w0, w1)
     lane, enclosing, charge_class = _lanes_and_classes(events, rows)
-    seg_event, seg_start, seg_end = _innermost_per_lane(lane, start_o, end_o, enclosing, w0, w1)
+    by_start = np.argsort(start_o, kind="stable")  # both stages' orders start from it
+    cuts = np.concatenate([step_start, step_end])
+    edges, run_event, run_first, run_end = _innermost_per_lane(
+        lane, start_o, end_o, enclosing, by_start, cuts, w0, w1
+    )
     del lane, enclosing, end_o
 
     # Stage 2: across lanes, the highest charge class, then the latest start.
-    cross_key, by_cross = _rank_by_start(start_o, None, charge_class)
-    del start_o, charge_class
-    seg_key = cross_key[seg_event]
-    del cross_key, seg_event
-    cuts = np.concatenate([step_start, step_end])
-    edges, owner = _cover_owner(seg_start, seg_end, seg_key, cuts)
-    del seg_start, seg_end, seg_key
+    cross_key, by_cross = _rank_by_start(start_o, None, charge_class, by_start)
+    del start_o, charge_class, by_start
+    run_key = cross_key[run_event]
+    del cross_key, run_event
+    owner = max_cover(run_first, run_end, run_key, max(len(edges) - 1, 0))
+    del run_first, run_end, run_key
     return _charged(edges, owner, rows[by_cross], step_start, step_end)
 
 
@@ -175,10 +178,11 @@ def _candidates(events: pa.Table, w0: int, w1: int) -> tuple[IntArray, IntArray,
     ts = _ints(events["ts_ns"])
     end = ts + _ints(events["dur_ns"])
     container = taxonomy.is_container(events["kineto_cat"], events["name"])
-    rows = np.flatnonzero((~container) & (end > w0) & (ts < w1) & (end > ts))
-    start_o, end_o = ts[rows], end[rows]
-    keep = np.minimum(end_o, w1) > np.maximum(start_o, w0)
-    return rows[keep], start_o[keep], end_o[keep]
+    # Lasting and running in the window [w0, w1): clipped to it, each keeps some time
+    # (min(end, w1) > max(ts, w0) follows, for w0 < w1; an empty window has no candidates).
+    running = (~container) & (end > w0) & (ts < w1) & (end > ts) & (w0 < w1)
+    rows = np.flatnonzero(running)
+    return rows, ts[rows], end[rows]
 
 
 def _lanes_and_classes(
@@ -208,13 +212,25 @@ def _charged(
     step) of the segments inside the steps."""
     lengths = np.diff(edges)
     mids = edges[:-1]
-    step = np.searchsorted(step_start, mids, side="right") - 1
+    step = _step_of(mids, step_start)
     inside = np.clip(step, 0, len(step_start) - 1)
     in_step = (step >= 0) & (mids < step_end[inside]) & (lengths > 0)
-    event = np.full(len(owner), IDLE, dtype=np.int64)
-    charged = owner >= 0
-    event[charged] = event_by_key[owner[charged]]
-    return _aggregate(event[in_step], step[in_step], lengths[in_step], step_end - step_start)
+    # One gather: key k is entry k + 1, idle (-1) entry 0.
+    event = np.concatenate([[IDLE], event_by_key])[owner + 1]
+    if not in_step.all():
+        event, step, lengths = event[in_step], step[in_step], lengths[in_step]
+    return _aggregate(event, step, lengths, step_end - step_start)
+
+
+def _step_of(mids: IntArray, step_start: IntArray) -> IntArray:
+    """np.searchsorted(step_start, mids, side="right") - 1 (the last step starting at or
+    before each of the sorted `mids`, -1 before the first): where the steps start in order,
+    by finding the few steps' places among the mids, each step's segments being a run."""
+    if len(step_start) > 1 and bool((step_start[1:] < step_start[:-1]).any()):
+        return np.searchsorted(step_start, mids, side="right") - 1
+    places = np.searchsorted(mids, step_start, side="left")
+    labels = np.arange(-1, len(step_start), dtype=np.int64)
+    return np.repeat(labels, np.diff(places, prepend=0, append=len(mids)))
 
 
 def _innermost_per_lane(
@@ -222,25 +238,47 @@ def _innermost_per_lane(
     start_o: IntArray,
     end_o: IntArray,
     enclosing: npt.NDArray[np.bool_],
+    by_start: IntArray,
+    cuts: IntArray,
     w0: int,
     w1: int,
-) -> tuple[IntArray, IntArray, IntArray]:
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
     """Stage 1: per lane, the innermost event (latest start, then shortest) wins, enclosing
-    spans first. Runs of (candidate index, start, end); its temporaries go when it returns."""
+    spans first. Returns the edges stage 2 sweeps over (every lane's edges and the `cuts`, on
+    the trace clock) and the runs of one event on one lane: the candidate index, the first
+    segment and the one past the last, on those edges. Its temporaries go when it returns."""
     # Lanes are laid end to end on one axis so a single sweep handles them all.
     span = w1 - w0 + 1
     shift = lane * span - w0
-    inner_key, by_key = _rank_by_start(start_o, -(end_o - start_o), enclosing.astype(np.int8))
-    edges, owner = _cover_owner(
+    # Minor key, minus the duration: of two events starting together, the shorter ranks higher.
+    inner_key, by_key = _rank_by_start(
+        start_o, start_o - end_o, enclosing.astype(np.int8), by_start
+    )
+    lane_edges, owner = _cover_owner(
         np.maximum(start_o, w0) + shift, np.minimum(end_o, w1) + shift, inner_key
     )
     del inner_key, shift
+    # Every run's ends are lane edges: their distinct times, with the cuts, are stage 2's
+    # edges, found by one sort of the lane edges (already in order lane by lane).
+    edges, where = _distinct_sorted(np.concatenate([_unshifted(lane_edges, span, w0), cuts]))
+    del lane_edges
     seg_rows = np.flatnonzero(owner >= 0)
     seg_event = by_key[owner[seg_rows]]
-    seg_lane = lane[seg_event]
-    seg_start = edges[seg_rows] - seg_lane * span + w0
-    seg_end = edges[seg_rows + 1] - seg_lane * span + w0
-    return _merge_runs(seg_event, seg_start, seg_end)
+    heads, tails = _runs(seg_event, seg_rows)
+    return edges, seg_event[heads], where[seg_rows[heads]], where[seg_rows[tails] + 1]
+
+
+def _unshifted(lane_edges: IntArray, span: int, w0: int) -> IntArray:
+    """The trace-clock times of edges laid lane after lane, lane k's from k * span (time w0
+    there): `lane_edges % span + w0`, for edges in order, by subtracting each lane's shift
+    from its run of edges (no division of every edge)."""
+    if not len(lane_edges):
+        return lane_edges
+    lanes = int(lane_edges[-1]) // span + 1
+    firsts = np.searchsorted(lane_edges, np.arange(1, lanes, dtype=np.int64) * span)
+    counts = np.diff(firsts, prepend=0, append=len(lane_edges))
+    times: IntArray = lane_edges - np.repeat(np.arange(lanes, dtype=np.int64) * span - w0, counts)
+    return times
 
 
 def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
@@ -264,9 +302,18 @@ def _ints(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> IntArray:
 
 
 def _lanes(on_device: npt.NDArray[np.bool_], pid: IntArray, tid: IntArray) -> IntArray:
-    """A dense lane number per (host or device, pid, tid)."""
+    """A dense lane number per (host or device, pid, tid), in that order."""
     if not len(pid):
         return np.zeros(0, dtype=np.int64)
+    first_pid, first_tid = int(pid.min()), int(tid.min())
+    pids, tids = int(pid.max()) - first_pid + 1, int(tid.max()) - first_tid + 1
+    if 2 * pids * tids <= 4 * len(pid) + (1 << 20):
+        # The three as one number in the same order, its few values found in place: no sort.
+        key = (on_device * pids + (pid - first_pid)) * tids + (tid - first_tid)
+        present = np.zeros(2 * pids * tids, dtype=bool)
+        present[key] = True
+        lanes: IntArray = np.searchsorted(np.flatnonzero(present), key)
+        return lanes
     order = np.lexsort((tid, pid, on_device))
     d, p, t = on_device[order], pid[order], tid[order]
     new = np.r_[True, (d[1:] != d[:-1]) | (p[1:] != p[:-1]) | (t[1:] != t[:-1])]
@@ -275,16 +322,19 @@ def _lanes(on_device: npt.NDArray[np.bool_], pid: IntArray, tid: IntArray) -> In
     return lane
 
 
-def _merge_runs(
-    event: IntArray, start: IntArray, end: IntArray
-) -> tuple[IntArray, IntArray, IntArray]:
-    """Join consecutive segments of the same event that touch."""
+def _runs(event: IntArray, segment: IntArray) -> tuple[IntArray, IntArray]:
+    """Heads and tails of the runs of one event over consecutive segments (`segment` in
+    order): where the event changes or a segment is skipped (time the event does not own)."""
     if not len(event):
-        return event, start, end
-    new = np.r_[True, (event[1:] != event[:-1]) | (start[1:] != end[:-1])]
+        return event, event
+    new = np.empty(len(event), dtype=bool)
+    new[0] = True
+    new[1:] = (event[1:] != event[:-1]) | (segment[1:] != segment[:-1] + 1)
     heads = np.flatnonzero(new)
-    tails = np.r_[heads[1:], len(event)] - 1
-    return event[heads], start[heads], end[tails]
+    tails = np.empty_like(heads)
+    tails[:-1] = heads[1:] - 1
+    tails[-1] = len(event) - 1
+    return heads, tails
 
 
 def _aggregate(event: IntArray, step: IntArray, ns: IntArray, step_ns: IntArray) -> ChargedTime:

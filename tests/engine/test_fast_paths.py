@@ -81,6 +81,26 @@ def test_values_sorted_by_group_as_lexsort(groups: list[int], values: list[int])
 
 
 @SETTINGS
+@given(
+    groups=st.lists(st.integers(0, 6), max_size=60),
+    values=st.lists(st.one_of(st.integers(0, 50), st.integers(0, 2**40)), min_size=60, max_size=60),
+)
+def test_group_quantiles_from_a_partial_sort_are_numpys(
+    groups: list[int], values: list[int]
+) -> None:
+    group = np.array(groups, dtype=np.int64)
+    value = np.array(values[: len(groups)], dtype=np.int64)
+    median, p95 = summary._quantiles(group, value, 7, (0.5, 0.95))
+    for g in range(7):
+        of_group = value[group == g]
+        if not len(of_group):
+            assert np.isnan(median[g]) and np.isnan(p95[g])
+            continue
+        assert median[g] == pytest.approx(np.quantile(of_group, 0.5), rel=1e-12, abs=1e-9)
+        assert p95[g] == pytest.approx(np.quantile(of_group, 0.95), rel=1e-12, abs=1e-9)
+
+
+@SETTINGS
 @given(values=st.lists(st.integers(0, 40), max_size=60), wide=st.booleans())
 def test_distinct_inverse_counting_and_sorting_agree(values: list[int], wide: bool) -> None:
     if not values:  # _groups returns before asking

@@ -155,10 +155,10 @@ def build_events(
     built = pa.table(
         {
             "rank": pa.array(np.full(n, rank, dtype=np.int32)),
-            "name": _with_own(events["name"].take(from_base), OWN_TIME_NAME, own_rows),
+            "name": _strings_at(events["name"], name, base, OWN_TIME_NAME, own_rows),
             "category": category,
             "kineto_cat": pc.fill_null(
-                _with_own(events["cat"].take(from_base), OWN_TIME_CAT, own_rows), ""
+                _strings_at(events["cat"], cat, base, OWN_TIME_CAT, own_rows), ""
             ),
             "ts_ns": pa.array(ts[rows]),
             "dur_ns": events["dur_ns"].take(taken),
@@ -226,13 +226,14 @@ def _categories(
             pair_cat,
             taxonomy.categorize(pair_cat, taxonomy.Distinct(name.values, distinct % n_names)),
         )
-        of_row = ((np.cumsum(present) - 1)[pairs]).astype(np.int32)
-        category = pc.cast(pa.DictionaryArray.from_arrays(pa.array(of_row), per_pair), pa.string())
+        of_row = (np.cumsum(present) - 1)[pairs]
+        category = _decoded(taxonomy.Distinct(per_pair, of_row), "annotation", own_rows)
         comm = _is(per_pair, COMMUNICATION)[of_row]
     else:
-        category = _own_time_idle_class(cat, taxonomy.categorize(cat, name))
-        comm = _is(category, COMMUNICATION)
-    return _with_own(category, "annotation", own_rows), np.r_[comm, np.zeros(own_rows, bool)]
+        per_row = _own_time_idle_class(cat, taxonomy.categorize(cat, name))
+        category = _with_own(per_row, "annotation", own_rows)
+        comm = _is(per_row, COMMUNICATION)
+    return category, np.r_[comm, np.zeros(own_rows, bool)]
 
 
 def _is(values: pa.Array, value: str) -> npt.NDArray[np.bool_]:
@@ -244,6 +245,31 @@ def _used(column: taxonomy.Distinct) -> taxonomy.Distinct:
     a few communication events need not pay for every name of the trace)."""
     used, codes = np.unique(column.codes, return_inverse=True)
     return taxonomy.Distinct(column.values.take(pa.array(used)), codes.astype(np.int64))
+
+
+def _strings_at(
+    column: pa.ChunkedArray | pa.Array,
+    distinct: taxonomy.Distinct,
+    rows: npt.NDArray[np.int64],
+    own_value: str,
+    own_rows: int,
+) -> pa.Array | pa.ChunkedArray:
+    """`column` at `rows`, then `own_rows` times `own_value`. Where the column has no nulls
+    (`distinct` reads a null as ""), decoded from its distinct values."""
+    if column.null_count:
+        return _with_own(column.take(pa.array(rows)), own_value, own_rows)
+    return _decoded(taxonomy.Distinct(distinct.values, distinct.codes[rows]), own_value, own_rows)
+
+
+def _decoded(column: taxonomy.Distinct, own_value: str, own_rows: int) -> pa.Array:
+    """The column's values, then `own_rows` times `own_value`, as one array: the text copied
+    once, from the few distinct values (not read again from the whole raw column), and in one
+    chunk, which its readers need not join."""
+    values, codes = column.values, column.codes
+    if own_rows:
+        codes = np.concatenate([codes, np.full(own_rows, len(values), dtype=np.int64)])
+        values = pa.concat_arrays([values, pa.array([own_value], values.type)])
+    return values.take(pa.array(codes))
 
 
 def _with_own(
