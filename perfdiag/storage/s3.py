@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
 import certifi
@@ -60,8 +60,12 @@ READ_TIMEOUT_S = 60.0
 
 # Objects up to one part go up in a single PUT; larger ones as multipart in parts of this size.
 READ_CONCURRENCY = 16
-"""Connections reading or writing many keys at once (a capture's workers' files, the pods'
-plans)."""
+"""Connections reading many keys at once (a capture's workers' files)."""
+WRITE_CONCURRENCY = 32
+"""Connections writing many keys at once (the pods' plans). A server answers one connection's
+requests in turn, so at a PUT latency L they write at most WRITE_CONCURRENCY / L objects a second
+(30 ms: ~1,000/s, as many as the 32 one-request writers before them); MinIO on loopback (~1 ms)
+is bounded by its own CPU instead, ~1,200 PUTs/s on 2 cores with 16, 32 or 64."""
 PIPELINED = 8
 """GETs or PUTs sent at once on one connection (the answers, a few KB to a GET and a few hundred
 bytes to a PUT, fit the socket buffers: the server never waits for the client to read while the
@@ -193,7 +197,7 @@ class S3Storage(Storage):
         self._bulk: BulkClient | None = None
         self._bulk_made = False
         self._bulk_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pools: dict[str, ThreadPoolExecutor] = {}
 
     @classmethod
     def from_uri(cls, uri: str, environ: Mapping[str, str] | None = None) -> S3Storage:
@@ -290,10 +294,10 @@ class S3Storage(Storage):
                         out.append(exc)
             return out
 
-        return self._in_chunks(len(keys), chunk)
+        return self._in_chunks("get", len(keys), chunk)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> builtins.list[StorageError | None]:
-        """Plain PUTs on the connections of get_many, PIPELINED at a time on each
+        """Plain PUTs on WRITE_CONCURRENCY kept-alive connections, PIPELINED at a time on each
         (perfdiag/storage/s3_bulk.py); an object whose answer is anything but a plain 200, or
         over PIPELINED_PUT_MAX_BYTES, is written by put_bytes, whose retries and errors
         apply. A bucket that cannot be opened is every object's error, found once."""
@@ -314,7 +318,7 @@ class S3Storage(Storage):
                 plain = {i for (i, _), a in zip(lean, got, strict=True) if a and a.status == 200}
             return [None if i in plain else self._put_or_error(items[i]) for i in indexes]
 
-        return self._in_chunks(len(items), chunk)
+        return self._in_chunks("put", len(items), chunk)
 
     def _lean_put_name(self, key: str, data: bytes) -> str | None:
         """The object name of a put_many item that goes up pipelined; None for one that
@@ -325,18 +329,20 @@ class S3Storage(Storage):
             return None
 
     def _in_chunks(
-        self, count: int, chunk: Callable[[range], builtins.list[T]]
+        self, method: Literal["get", "put"], count: int, chunk: Callable[[range], builtins.list[T]]
     ) -> builtins.list[T]:
         """`chunk` of every PIPELINED consecutive indexes below `count`, READ_CONCURRENCY
-        chunks at a time (each on its thread's connection), joined in order."""
+        (get) or WRITE_CONCURRENCY (put) chunks at a time, each on its thread's connection;
+        joined in order."""
         chunks = [range(i, min(i + PIPELINED, count)) for i in range(0, count, PIPELINED)]
-        return [item for part in self._bulk_pool().map(chunk, chunks) for item in part]
+        return [item for part in self._bulk_pool(method).map(chunk, chunks) for item in part]
 
-    def _bulk_pool(self) -> ThreadPoolExecutor:
+    def _bulk_pool(self, method: Literal["get", "put"]) -> ThreadPoolExecutor:
         with self._bulk_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(READ_CONCURRENCY, "perfdiag-s3-bulk")
-            return self._pool
+            if method not in self._pools:
+                size = READ_CONCURRENCY if method == "get" else WRITE_CONCURRENCY
+                self._pools[method] = ThreadPoolExecutor(size, f"perfdiag-s3-{method}")
+            return self._pools[method]
 
     def _bulk_client(self) -> BulkClient | None:
         """The lean reader and writer of this bucket, made once from the minio client's own URL
