@@ -31,8 +31,7 @@ from isal import isal_zlib
 
 from perfdiag.analyzer.load.timeline_events import timeline_events
 from perfdiag.analyzer.report.analysis import Analysis
-from perfdiag.analyzer.report.verdict import bounded_ranks
-from perfdiag.api.verdict import Finding
+from perfdiag.analyzer.report.verdict import listed_findings
 from perfdiag.engine.allocator import release_memory, system_allocator
 from perfdiag.storage import Storage, StorageNotFound, layout
 
@@ -51,7 +50,9 @@ def build_timeline(analysis: Analysis, storage: Storage | None = None) -> bytes:
     ranks = sorted(capture.metas)
     if not ranks:
         return gzip.compress(json.dumps({"traceEvents": []}).encode())
-    named = sorted({r for f in _reported_findings(analysis) for r in f.ranks if r in capture.metas})
+    named = sorted(
+        {r for f in listed_findings(analysis.reported) for r in f.ranks if r in capture.metas}
+    )
     shown = _shown_ranks(ranks, named)
     detailed = (named + [r for r in ranks if r not in named])[:DETAILED_RANKS]
     origin = min(capture.metas[r].window.step_bounds_ns[0][0] for r in shown)
@@ -351,18 +352,13 @@ def _json_items(events: list[dict[str, Any]]) -> str:
     return json.dumps(events, separators=(",", ":"))[1:-1]
 
 
-def _reported_findings(analysis: Analysis) -> list[Finding]:
-    """The findings as verdict.json lists them (most severe first, ranks bounded)."""
-    return [bounded_ranks(r.finding) for r in analysis.reported]
-
-
 def _findings(analysis: Analysis, origin: int) -> list[dict[str, Any]]:
     metas = analysis.capture.metas
     out: list[dict[str, Any]] = [
         _meta(FINDINGS_PID, 0, "process_name", "findings"),
         _meta(FINDINGS_PID, 0, "process_sort_index", -1),
     ]
-    for n, finding in enumerate(_reported_findings(analysis), start=1):
+    for n, finding in enumerate(listed_findings(analysis.reported), start=1):
         label = f"#{n} {finding.kind}: {finding.category} (severity {finding.severity:.0%})"
         args = {
             "ranks": finding.ranks,

@@ -204,11 +204,16 @@ def build_verdict(
         workers=workers,
         worker_ranges=ranges,
         missing=missing_ranges(account),
-        findings=[bounded_ranks(r.finding) for r in reported],
-        observations=[bounded_ranks(r.finding) for r in observations],
+        findings=listed_findings(reported),
+        observations=listed_findings(observations),
         notes=[*fired, *host, *input_notes, *unreadable_notes(capture)],
     )
     return verdict.sorted()
+
+
+def listed_findings(reported: Sequence[Reported]) -> list[Finding]:
+    """The findings as verdict.json lists them: in the order given, ranks bounded."""
+    return [bounded_ranks(r.finding) for r in reported]
 
 
 def bounded_ranks(finding: Finding) -> Finding:
