@@ -47,9 +47,7 @@ def table(result: ScaleResult, servers_s: float) -> str:
         None if t.armed is None or t.decided is None else round(t.armed - t.decided, 2)
     )
     writes_only = (
-        None
-        if t.armed is None or t.first_plan_object is None
-        else round(t.armed - t.first_plan_object, 2)
+        None if t.armed is None or t.first_armed is None else round(t.armed - t.first_armed, 2)
     )
     n = result.pods
     requests = result.operator_requests
@@ -70,13 +68,13 @@ def table(result: ScaleResult, servers_s: float) -> str:
         ("watch plan in status (Watching)", _s(t.watching)),
         ("arming pass decided (after its reads)", _s(t.decided)),
         ("  of which the pass read the pods and statuses", _s(result.arming_read_seconds)),
-        ("first pod's capture plan in storage", _s(t.first_plan_object)),
-        ("every pod's capture plan in storage (armed)", _s(t.armed)),
+        ("first pod's capture plan readable in storage", _s(t.first_armed)),
+        ("every pod's capture plan readable in storage (armed)", _s(t.armed)),
         ("  armed after the decision / writes alone", f"{_s(armed_after_decision)} / {_s(writes_only)}"),
         ("every annotation written (status.window seen)", _s(t.annotated)),
         ("window's statuses collected (Analyzing)", _s(t.collected)),
         ("Ready", _s(t.ready)),
-        ("plan objects holding the capture plan", f"{result.plan_objects:,}/{n:,}"),
+        ("pods whose agent reads the capture plan", f"{result.armed_pods:,}/{n:,}"),
         ("operator peak RSS (since start)", f"{result.operator_peak_rss_mb:.0f} MB"),
         ("operator CPU, apply → Ready", f"{result.operator_cpu_seconds:.1f} s"),
         (

@@ -10,6 +10,11 @@ mirrors it into the spool (collector/hook/spool.py, `<spool>/agent/plan`: the pl
 when there is none) and touches that file at every read that succeeds; the hooks read it while
 it is fresh, so a plan reaches every rank within `poll_s` plus the hook's half-second poll.
 
+A pod whose object holds a `watch` plan may have its next plan written once for every such pod
+(perfdiag.api.plan.plan_successor_key): told to (`follow_successors`, which the operator's
+webhook sets and then relies on), the agent reads that object too and mirrors the plan found
+there instead.
+
 When storage cannot be read the mirror is left alone: it goes stale after
 spool.AGENT_PLAN_FRESH_S and the hooks read the kubelet's file again.
 """
@@ -23,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfdiag.api.plan import pod_plan_key
+from perfdiag.api.plan import Plan, plan_successor_key, pod_plan_key
 from perfdiag.collector.hook import spool
 from perfdiag.storage import Storage, StorageError, StorageNotFound
 
@@ -45,6 +50,7 @@ class PodPlanFollower:
     pod_uid: str
     spool_dir: Path
     poll_s: float = DEFAULT_POLL_S
+    follow_successors: bool = False
     _written: bytes | None = field(default=None, init=False)
     _logged: set[str] = field(default_factory=set, init=False)
 
@@ -55,15 +61,8 @@ class PodPlanFollower:
     def poll_once(self) -> bool:
         """Read the plan and refresh the mirror; False when storage could not be read (the
         mirror is then left to go stale) or the mirror could not be written."""
-        try:
-            data = self.storage.get_bytes(self.key)
-        except StorageNotFound:
-            data = b""  # no plan on this pod (the operator removes the object with the plan)
-        except StorageError as exc:
-            self._log_once(f"read:{exc}", f"cannot read the pod's plan {self.key}: {exc}")
-            return False
-        if len(data) > MAX_PLAN_BYTES:
-            self._log_once("size", f"the pod's plan {self.key} is larger than {MAX_PLAN_BYTES} B")
+        data = self.current_plan()
+        if data is None:
             return False
         mirror = spool.agent_plan_file(self.spool_dir)
         try:
@@ -78,6 +77,36 @@ class PodPlanFollower:
             self._log_once(f"write:{exc}", f"cannot write {mirror}: {exc}")
             return False
         return True
+
+    def current_plan(self) -> bytes | None:
+        """The plan the pod's hooks should have (b"" for none): its object's, or, following
+        successors, the successor of the watch plan it holds when there is one; None when
+        storage could not be read."""
+        data = self._read(self.key)
+        if data is None or not self.follow_successors:
+            return data
+        successor = successor_key(data)
+        if successor is None:
+            return data
+        followed = self._read(successor)
+        if followed is None:
+            return None
+        return followed or data
+
+    def _read(self, key: str) -> bytes | None:
+        """The object's bytes, b"" when there is none; None when storage could not be read or
+        it is too large to be a plan."""
+        try:
+            data = self.storage.get_bytes(key)
+        except StorageNotFound:
+            return b""  # no plan (the operator removes the object with the plan)
+        except StorageError as exc:
+            self._log_once(f"read:{exc}", f"cannot read the pod's plan {key}: {exc}")
+            return None
+        if len(data) > MAX_PLAN_BYTES:
+            self._log_once(f"size:{key}", f"the pod's plan {key} is larger than {MAX_PLAN_BYTES} B")
+            return None
+        return data
 
     def run(self, stop: threading.Event) -> None:
         """Poll until `stop` is set. A read that fails leaves the mirror to go stale."""
@@ -99,6 +128,16 @@ class PodPlanFollower:
         if key not in self._logged:
             self._logged.add(key)
             log.warning("%s", message)
+
+
+def successor_key(pod_plan: bytes) -> str | None:
+    """Where the plan that follows the pod's plan would be: only a valid `watch` plan has one
+    (perfdiag.api.plan.plan_successor_key)."""
+    try:
+        plan = Plan.model_validate_json(pod_plan)
+        return plan_successor_key(plan.id) if plan.action == "watch" else None
+    except ValueError:
+        return None  # none, or not a plan this version writes: mirrored as it is
 
 
 def remove_mirror(spool_dir: Path) -> None:

@@ -69,7 +69,12 @@ from perfdiag.api.stall import StallPolicy, progress_from_mapping, stuck_ranks
 from perfdiag.api.verdict import Finding, Verdict
 from perfdiag.api.worker import WorkerStatus
 from perfdiag.operator.analyzer_job import JobState
-from perfdiag.operator.injection import follows_pod_plan, injected, training_container_index
+from perfdiag.operator.injection import (
+    follows_plan_successors,
+    follows_pod_plan,
+    injected,
+    training_container_index,
+)
 from perfdiag.operator.pods import NPROC_ENV
 from perfdiag.operator.settings import (
     DEFAULT_CAPTURE_LEAD_SECONDS,
@@ -163,6 +168,14 @@ def plan_of(pod: Mapping[str, Any]) -> tuple[str | None, str | None, datetime | 
     except ValueError:
         return None, annotations.get(DIAGNOSIS_ANNOTATION), None
     return plan.id, annotations.get(DIAGNOSIS_ANNOTATION), plan.deadline
+
+
+def reads_successor(pod: Mapping[str, Any], watch_plan: str) -> bool:
+    """Whether the pod gets the plan that follows `watch_plan` from that watch plan's successor
+    object (perfdiag.api.plan.plan_successor_key), needing no object of its own: its annotation
+    holds the watch plan (so its object does: the object is always written first) and its agent
+    follows successors."""
+    return plan_of(pod)[0] == watch_plan and follows_plan_successors(pod)
 
 
 def loose_plan_id(text: str | None) -> str | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdiag import __version__
+from perfdiag.api.plan import PLAN_SUCCESSORS_ENV
 from perfdiag.operator.settings import (
     DEFAULT_AGENT_RESOURCES,
     INJECT_LABEL,
@@ -162,6 +163,8 @@ def _agent(training: Mapping[str, Any], config: InjectionConfig) -> dict[str, An
         # The agent reads the pod's plan from storage under this uid (perfdiag.api.plan
         # pod_plan_key): the plan reaches the hooks without waiting for the kubelet.
         {"name": POD_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        # It follows plan successors too: the operator arms such pods with one write.
+        {"name": PLAN_SUCCESSORS_ENV, "value": "1"},
         *rank_env(training),
         *storage_env(config.storage_endpoint, config.storage_region),
     ]
@@ -238,8 +241,19 @@ def follows_pod_plan(pod: Mapping[str, Any]) -> bool:
     """Whether the pod's agent reads the pod's plan from storage (it was injected with POD_UID):
     then a plan reaches its hooks within seconds; otherwise (a pod injected by an earlier
     perfdiag) only through the kubelet's refresh of the downward-API file."""
+    return _agent_has_env(pod, POD_UID_ENV)
+
+
+def follows_plan_successors(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's agent also reads the successor of the watch plan its pod holds
+    (perfdiag.api.plan.plan_successor_key; injected with PERFDIAG_PLAN_SUCCESSORS): a pod
+    injected by an earlier perfdiag needs its own plan object."""
+    return follows_pod_plan(pod) and _agent_has_env(pod, PLAN_SUCCESSORS_ENV)
+
+
+def _agent_has_env(pod: Mapping[str, Any], name: str) -> bool:
     spec = pod.get("spec") or {}
     for container in spec.get("initContainers") or []:
         if container.get("name") == AGENT_CONTAINER:
-            return any(env.get("name") == POD_UID_ENV for env in container.get("env") or [])
+            return any(env.get("name") == name for env in container.get("env") or [])
     return False

@@ -30,7 +30,7 @@ from perfdiag.api.diagnosis import (
     PerfDiagnosisStatus,
     Target,
 )
-from perfdiag.api.plan import Plan, pod_plan_key
+from perfdiag.api.plan import Plan, plan_successor_key, pod_plan_key
 from perfdiag.api.trigger import Slowdown
 from perfdiag.api.validation import validation_problems
 from perfdiag.api.verdict import Verdict
@@ -49,7 +49,9 @@ from perfdiag.operator.coordination import (
     plan_annotations,
     plan_of,
     pods_to_disarm,
+    reads_successor,
     stacks_plan_id,
+    watch_plan_id,
 )
 from perfdiag.operator.kube import API_CONNECTIONS, ApiException, Kube, status_of
 from perfdiag.operator.metrics import OperatorMetrics, error_reason, pass_record
@@ -317,7 +319,10 @@ class Reconciler:
         except StorageError as exc:
             log.warning("%s: cannot write the plan to %s: %s", step.describe(), prefix, exc)
             return step.unless(str(exc))
-        return step.unless(self._send_plan(step.namespace, step.name, plan, step.world.pods))
+        sent = self._send_plan(
+            step.namespace, step.name, plan, step.world.pods, replacing=watch_plan_id(plan.id)
+        )
+        return step.unless(sent)
 
     def _stacks(self, step: ActionStep) -> Decision | None:
         plan = step.decision.plan
@@ -426,20 +431,37 @@ class Reconciler:
         return self.kube.list_pods(namespace, selector)
 
     def _send_plan(
-        self, namespace: str, name: str, plan: Plan, pods: list[dict[str, Any]]
+        self,
+        namespace: str,
+        name: str,
+        plan: Plan,
+        pods: list[dict[str, Any]],
+        *,
+        replacing: str | None = None,
     ) -> str | None:
-        """Give `pods` the plan: first each pod's plan object in storage, which its agent reads
-        within seconds, then the plan annotation, which the kubelet projects into the
-        downward-API file (the way for agents that do not follow storage, and the fallback).
-        Returns the storage error, before any annotation is written: an agent that reads its
-        pod's object must never find an older plan there than the annotation's. A pod whose
-        annotation holds this plan's id already has it (its object was written before the
-        annotation, and a plan id is sent with one content): one write each per plan."""
+        """Give `pods` the plan: first in storage, which their agents read within seconds, then
+        the plan annotation, which the kubelet projects into the downward-API file (the way for
+        agents that do not follow storage, and the fallback). With `replacing` (the watch plan
+        a capture ends), the plan is written once as that watch plan's successor, which is how
+        every pod holding the watch plan, whose agent follows successors, gets it (one write at
+        any count of pods); the other pods get an object of their own. Returns the storage
+        error, before any annotation is written: an agent that reads storage must never find
+        an older plan there than the annotation's. A pod whose annotation holds this plan's id
+        already has it (its object was written before the annotation, and a plan id is sent
+        with one content): one write each per plan."""
         pods = [pod for pod in pods if plan_of(pod)[0] != plan.id]
         if not pods:
             return None
         began = time.monotonic()
-        error = self._write_pod_plans(namespace, pods, plan.to_json())
+        text = plan.to_json()
+        own = pods
+        if replacing is not None and self.config.storage:
+            error = self._write_successor(namespace, replacing, text)
+            if error is not None:
+                log.warning("%s/%s: cannot write the plan's successor: %s", namespace, name, error)
+                return error
+            own = [pod for pod in pods if not reads_successor(pod, replacing)]
+        error = self._write_pod_plans(namespace, own, text)
         if error is not None:
             log.warning("%s/%s: cannot write the pods' plan: %s", namespace, name, error)
             return error
@@ -447,9 +469,20 @@ class Reconciler:
         patch = plan_annotations(plan, name)
         self._patch_pods(namespace, [str(pod["metadata"]["name"]) for pod in pods], patch)
         log.info(
-            "%s/%s: plan %s sent to %d pod(s): objects in %.1f s, annotations in %.1f s",
-            namespace, name, plan.id, len(pods), written - began, time.monotonic() - written,
+            "%s/%s: plan %s sent to %d pod(s): %d through the successor, %d objects, in %.1f s; "
+            "annotations in %.1f s",
+            namespace, name, plan.id, len(pods), len(pods) - len(own), len(own),
+            written - began, time.monotonic() - written,
         )  # fmt: skip
+        return None
+
+    def _write_successor(self, namespace: str, watch_plan: str, text: str) -> str | None:
+        """Write `text` as the successor of `watch_plan`; the storage error, if any."""
+        uri = namespace_storage(self.config.storage or "", namespace)
+        try:
+            _open_storage(uri).put_text(plan_successor_key(watch_plan), text)
+        except StorageError as exc:
+            return str(exc)
         return None
 
     def _patch_pods(self, namespace: str, names: list[str], patch: dict[str, Any]) -> None:
@@ -468,17 +501,25 @@ class Reconciler:
     ) -> str | None:
         """Write (`text`) or delete (None) the plan objects of `pods`; the first storage error,
         if any. The writes go as one put_many (S3: pipelined on a few kept-alive connections,
-        ~0.1 ms of the operator's CPU each). The deletes go POD_PLAN_DELETERS at a time (one
-        request each), each deleter with a storage client of its own: one client keeps a few
-        connections, and requests beyond them would each open and drop one."""
+        ~0.1 ms of the operator's CPU each)."""
         if not pods or not self.config.storage:
             return None
-        uri = namespace_storage(self.config.storage, namespace)
         keys = [pod_plan_key(str(pod["metadata"]["uid"])) for pod in pods]
-        if text is not None:
-            data = text.encode()
-            written = _open_storage(uri).put_many([(key, data) for key in keys])
-            return next((str(error) for error in written if error is not None), None)
+        if text is None:
+            return self._delete_plan_objects(namespace, keys)
+        data = text.encode()
+        uri = namespace_storage(self.config.storage, namespace)
+        written = _open_storage(uri).put_many([(key, data) for key in keys])
+        return next((str(error) for error in written if error is not None), None)
+
+    def _delete_plan_objects(self, namespace: str, keys: list[str]) -> str | None:
+        """Delete these plan objects, POD_PLAN_DELETERS at a time (one request each), each
+        deleter with a storage client of its own: one client keeps a few connections, and
+        requests beyond them would each open and drop one. The first error, if any; what is
+        not there is deleted."""
+        if not keys or not self.config.storage:
+            return None
+        uri = namespace_storage(self.config.storage, namespace)
         clients = threading.local()
 
         def delete(key: str) -> str | None:
@@ -513,10 +554,15 @@ class Reconciler:
         otherwise keep reading a plan whose window has not begun yet, once storage is back);
         with `best_effort` (the object is being deleted) it logs and goes on, and what stays is
         bounded by the plan's deadline and replaced by the pod's next plan."""
-        names = pods_to_disarm(pods, name, our_plan_ids(name, uid, status))
+        plan_ids = our_plan_ids(name, uid, status)
+        names = pods_to_disarm(pods, name, plan_ids)
         wanted = set(names)  # a set: 10,000 pods against a list would be 10^8 comparisons
         armed = [pod for pod in pods if str(pod["metadata"]["name"]) in wanted]
-        error = self._write_pod_plans(namespace, armed, None)
+        # The pods' objects first: one left holding a watch plan whose successor is gone
+        # would take the watch plan up again until its own object goes.
+        error = self._write_pod_plans(namespace, armed, None) or self._delete_plan_objects(
+            namespace, [plan_successor_key(i) for i in sorted(plan_ids) if i.endswith(WATCH_SUFFIX)]
+        )
         if error is not None:
             if not best_effort:
                 raise PodPlansRemain(f"the pods' plans could not be removed from storage: {error}")

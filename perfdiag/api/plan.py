@@ -125,6 +125,28 @@ def pod_plan_key(pod_uid: str) -> str:
     return f"{POD_PLANS}/{pod_uid}.json"
 
 
+PLAN_SUCCESSORS = "plan-successors"
+"""Where the operator puts the plan that follows a `watch` plan on every pod holding it
+(`<storage>/<namespace>/plan-successors/<watch plan id>.json`): an agent whose pod's plan
+object holds that watch plan, and that was told to (`perfdiag agent --plan-successors`), reads
+this object too and gives its hooks the plan found there. The capture that ends a watch must
+reach every pod within its lead; this way it is one write whatever the pods' count, where a
+plan object per pod is one write per pod."""
+
+
+PLAN_SUCCESSORS_ENV = "PERFDIAG_PLAN_SUCCESSORS"
+"""Set to 1 by the operator's webhook on the agents it injects: they follow plan successors, so
+the operator may arm them with one write (`perfdiag agent --plan-successors`)."""
+
+
+def plan_successor_key(watch_plan_id: str) -> str:
+    """The storage key (under the namespace's storage) of the plan that follows the watch plan
+    with this id on every pod holding it."""
+    if not watch_plan_id or "/" in watch_plan_id or watch_plan_id in (".", ".."):
+        raise ValueError(f"not a plan id: {watch_plan_id!r}")
+    return f"{PLAN_SUCCESSORS}/{watch_plan_id}.json"
+
+
 WATCH_PLAN_DAYS = 30
 """A watch plan lasts as long as the training; its deadline only bounds it (and, while it sits
 on the pods, keeps other diagnoses of the job waiting)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from perfdiag.api.plan import PLAN_SUCCESSORS_ENV
 from perfdiag.cli import storage_at
 from perfdiag.collector.agent import run_agent
 from perfdiag.collector.pod_plan import DEFAULT_POLL_S, PodPlanFollower
@@ -56,6 +57,14 @@ def add_parser(subparsers: Any) -> None:
         default=os.environ.get("POD_UID") or None,
         help="follow this pod's plan in storage (STORAGE/pod-plans/<uid>.json), for the hooks "
         "to read it without waiting for the kubelet (default: $POD_UID; unset: not followed)",
+    )
+    parser.add_argument(
+        "--plan-successors",
+        action="store_true",
+        default=os.environ.get(PLAN_SUCCESSORS_ENV) == "1",
+        help="while the pod's plan is a watch plan, give the hooks the plan that follows it "
+        "for every pod (STORAGE/plan-successors/<watch plan id>.json) when there is one "
+        f"(default: ${PLAN_SUCCESSORS_ENV} is 1)",
     )
     parser.add_argument(
         "--plan-poll",
@@ -104,7 +113,13 @@ def main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, request_stop)
     pod_plan = None
     if args.pod_uid:
-        pod_plan = PodPlanFollower(storage, args.pod_uid, args.spool, poll_s=args.plan_poll)
+        pod_plan = PodPlanFollower(
+            storage,
+            args.pod_uid,
+            args.spool,
+            poll_s=args.plan_poll,
+            follow_successors=args.plan_successors,
+        )
     state = run_agent(
         args.spool,
         storage,

@@ -392,6 +392,49 @@ def test_the_agent_mirrors_its_pods_plan_from_storage(tmp_path: Path) -> None:
     assert mirror.stat().st_mtime == pytest.approx(then)
 
 
+def test_the_agent_gives_its_hooks_the_successor_of_its_pods_watch_plan(tmp_path: Path) -> None:
+    """The operator ends a watch with one write, the watch plan's successor: an agent told to
+    follow successors mirrors the plan found there while its pod's object holds that watch
+    plan, and its pod's own object again once that holds another plan (or none)."""
+    from perfdiag.api.plan import plan_successor_key
+    from perfdiag.collector.pod_plan import PodPlanFollower
+    from perfdiag.storage import StorageUnavailable
+
+    storage = LocalStorage(tmp_path / "ns")
+    spool_dir = tmp_path / "spool"
+    mirror = spool.agent_plan_file(spool_dir)
+    watch = Plan.new(plan_id="d-uid-watch", action="watch", steps=10)
+    capture = Plan.new(plan_id="d-uid", steps=5)
+    storage.put_text("pod-plans/uid-1.json", watch.to_json())
+    following = PodPlanFollower(storage, "uid-1", spool_dir, follow_successors=True)
+    assert following.poll_once() and mirror.read_text() == watch.to_json()  # no successor yet
+    storage.put_text(plan_successor_key(watch.id), capture.to_json())
+    assert following.poll_once() and mirror.read_text() == capture.to_json()
+    # An agent not told to (injected by an earlier perfdiag) keeps to its pod's object.
+    assert PodPlanFollower(storage, "uid-1", spool_dir).current_plan() == watch.to_json().encode()
+    # Only a watch plan has a successor: a pod given a plan of its own takes it.
+    stacks = Plan.new(plan_id="d-uid-stacks", action="stacks", steps=1)
+    storage.put_text("pod-plans/uid-1.json", stacks.to_json())
+    assert following.poll_once() and mirror.read_text() == stacks.to_json()
+    storage.delete("pod-plans/uid-1.json")
+    assert following.poll_once() and mirror.read_bytes() == b""
+    # The successor unreadable: the copy is left as it was, to go stale.
+    storage.put_text("pod-plans/uid-1.json", watch.to_json())
+    assert following.poll_once() and mirror.read_text() == capture.to_json()
+    real_get = storage.get_bytes
+
+    def successor_unreachable(key: str) -> bytes:
+        if key.startswith("plan-successors/"):
+            raise StorageUnavailable("connection refused")
+        return real_get(key)
+
+    following.storage.get_bytes = successor_unreachable  # type: ignore[method-assign]
+    then = time.time() - 20
+    os.utime(mirror, (then, then))
+    assert not following.poll_once()
+    assert mirror.stat().st_mtime == pytest.approx(then)
+
+
 def test_the_agent_loop_follows_the_pods_plan_and_removes_its_copy_when_it_stops(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ import pytest
 from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION
 from perfdiag.api.plan import Plan, pod_plan_key
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector.pod_plan import PodPlanFollower
 from perfdiag.operator import kube as kube_module
 from perfdiag.operator.kube import MERGE_PATCH, Kube
 from perfdiag.operator.reconcile import Reconciler
@@ -65,7 +66,8 @@ class ConflictingKube(Kube):
 
 
 def _injected_pod(name: str) -> dict[str, Any]:
-    """A pod as this version's webhook leaves it (its agent reads the pod's plan object)."""
+    """A pod as this version's webhook leaves it (its agent reads the pod's plan object, and
+    the watch plan's successor)."""
     return {
         "metadata": {
             "name": name,
@@ -74,7 +76,14 @@ def _injected_pod(name: str) -> dict[str, Any]:
         },
         "spec": {
             "initContainers": [
-                {"name": "perfdiag-agent", "image": "agent:none", "env": [{"name": "POD_UID"}]}
+                {
+                    "name": "perfdiag-agent",
+                    "image": "agent:none",
+                    "env": [
+                        {"name": "POD_UID"},
+                        {"name": "PERFDIAG_PLAN_SUCCESSORS", "value": "1"},
+                    ],
+                }
             ],
             "containers": [
                 {
@@ -149,7 +158,13 @@ def test_a_conflict_never_sends_the_pods_another_start_step(
     assert {plan.start_step for plan in on_pods} == {start}
     stored = LocalStorage(root / ns)
     uids = [cluster.core.read_namespaced_pod(name, ns).metadata.uid for name in names]
-    objects = [Plan.model_validate_json(stored.get_text(pod_plan_key(u))) for u in uids]
-    assert {plan.start_step for plan in objects} == {start}
+    # What each pod's agent reads: the watch plan's successor, written once for every pod.
+    read = [
+        PodPlanFollower(stored, u, tmp_path, follow_successors=True).current_plan() for u in uids
+    ]
+    assert {Plan.model_validate_json(text or b"").start_step for text in read} == {start}
+    assert {Plan.model_validate_json(stored.get_text(pod_plan_key(u))).action for u in uids} == {
+        "watch"
+    }
     sent = Plan.model_validate_json(LocalStorage(Path(prefix)).get_text(layout.PLAN))
     assert sent.start_step == start

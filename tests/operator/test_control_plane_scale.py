@@ -33,8 +33,8 @@ def test_arming_and_requests_stay_per_pod_at_300_pods(
 
     # The webhook: every pod created and injected, none through the fail-open path.
     assert (burst.rejected, burst.not_injected, burst.fail_open) == (0, 0, 0), summary
-    # Armed: every pod's plan object held the capture plan once the status said so.
-    assert result.plan_objects == PODS, summary
+    # Armed: every pod's agent read the capture plan in storage once the status said so.
+    assert result.armed_pods == PODS, summary
     assert timeline.decided is not None and timeline.armed is not None, summary
     assert timeline.ready is not None, summary
 

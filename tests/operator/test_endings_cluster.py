@@ -15,16 +15,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perfdiag.api.plan import pod_plan_key
 from perfdiag.api.verdict import Finding, StepTimes, Verdict, WindowInfo, WorkerInfo
 from perfdiag.api.worker import WorkerStatus
+from perfdiag.collector.pod_plan import PodPlanFollower
 from perfdiag.operator.analyzer_job import job_name
 from perfdiag.operator.coordination import plan_id, stacks_plan_id, watch_plan_id
-from perfdiag.storage import StorageNotFound, layout, open_storage
+from perfdiag.storage import layout, open_storage
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("capture_env")]
 
@@ -117,14 +118,16 @@ class Diagnosis:
         }
 
     def stored_plans(self) -> dict[str, str | None]:
-        """Pod → the id of the plan in its plan object in storage (what its agent reads)."""
+        """Pod → the id of the plan its agent reads in storage (its plan object, or the watch
+        plan's successor)."""
         storage = open_storage(f"{self.root}/{self.ns}")
         found: dict[str, str | None] = {}
         for pod in self.cluster.core.list_namespaced_pod(self.ns).items:
-            try:
-                text = storage.get_text(pod_plan_key(pod.metadata.uid))
-            except StorageNotFound:
-                text = None
+            # The spool is not written: current_plan only reads storage.
+            spool = Path("unused-spool")
+            agent = PodPlanFollower(storage, pod.metadata.uid, spool, follow_successors=True)
+            text = agent.current_plan()
+            assert text is not None, "storage could not be read"
             found[pod.metadata.name] = json.loads(text)["id"] if text else None
         return found
 
@@ -269,7 +272,8 @@ def diagnosing(
                                 {
                                     "name": "POD_UID",
                                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}},
-                                }
+                                },
+                                {"name": "PERFDIAG_PLAN_SUCCESSORS", "value": "1"},
                             ],
                         }
                     ],

@@ -9,6 +9,7 @@ from perfdiag.operator.injection import (
     AGENT_CONTAINER,
     HOOK_DIR,
     InjectionConfig,
+    follows_plan_successors,
     follows_pod_plan,
     inject,
     injected,
@@ -183,12 +184,22 @@ def test_the_agent_follows_its_pods_plan_by_the_pods_uid() -> None:
     [uid] = [e for e in agent["env"] if e["name"] == "POD_UID"]
     assert uid == {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
     assert follows_pod_plan(_apply(pod, patch))
+    # It follows the watch plan's successor too (`perfdiag agent --plan-successors`); an agent
+    # an earlier perfdiag injected, without the variable, needs an object of its own.
+    assert {"name": "PERFDIAG_PLAN_SUCCESSORS", "value": "1"} in agent["env"]
+    assert follows_plan_successors(_apply(pod, patch))
+    without = _apply(pod, patch)
+    without["spec"]["initContainers"][-1]["env"] = [
+        e for e in agent["env"] if e["name"] != "PERFDIAG_PLAN_SUCCESSORS"
+    ]
+    assert follows_pod_plan(without) and not follows_plan_successors(without)
     earlier = _apply(pod, patch)
     earlier["spec"]["initContainers"][-1]["env"] = [
         e for e in agent["env"] if e["name"] != "POD_UID"
     ]
     assert not follows_pod_plan(earlier)
     assert not follows_pod_plan(pod)  # not injected
+    assert not follows_plan_successors(earlier)
     # The operator's plan poll, when it sets one, is the agent's.
     slower = inject(pod, dataclasses.replace(CONFIG, plan_poll_seconds=12.5))
     assert slower is not None

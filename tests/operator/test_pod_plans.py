@@ -9,8 +9,9 @@ from typing import Any, cast, get_args
 
 import pytest
 
-from perfdiag.api.plan import Plan, pod_plan_key
-from perfdiag.operator.coordination import Action, plan_annotations
+from perfdiag.api.plan import Plan, plan_successor_key, pod_plan_key
+from perfdiag.operator.coordination import Action, plan_annotations, watch_plan_id
+from perfdiag.operator.injection import AGENT_CONTAINER
 from perfdiag.operator.kube import Kube
 from perfdiag.operator.reconcile import ACTION_HANDLERS, PodPlansRemain, Reconciler
 from perfdiag.operator.settings import OperatorConfig
@@ -18,6 +19,7 @@ from perfdiag.storage.local import LocalStorage
 
 UID = "0f2d6c1e-1111-2222-3333-444455556666"
 PLAN = Plan(id=f"d-{UID}", steps=5, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
+WATCH = Plan(id=watch_plan_id(PLAN.id), action="watch", steps=5, deadline=PLAN.deadline)
 
 
 class RecordingKube:
@@ -54,6 +56,63 @@ def test_the_plan_goes_to_storage_first_then_on_the_pods(
     assert reconciler._disarm("ns", "d", UID, None, _pods(annotated=True)) == 3
     assert not stored.exists(pod_plan_key("uid-0"))
     assert stored.list("pod-plans/") == []
+
+
+def _watching_pods(successors: list[bool]) -> list[dict[str, Any]]:
+    """Pods holding the watch plan of PLAN's diagnosis; `successors[i]`: whether pod i's agent
+    follows the watch plan's successor (else it was injected by an earlier perfdiag)."""
+    notes = plan_annotations(WATCH, "d")["metadata"]["annotations"]
+    env = [{"name": "POD_UID"}]
+    return [
+        {
+            "metadata": {"name": f"p{i}", "uid": f"uid-{i}", "annotations": dict(notes)},
+            "spec": {
+                "initContainers": [
+                    {
+                        "name": AGENT_CONTAINER,
+                        "env": env + ([{"name": "PERFDIAG_PLAN_SUCCESSORS"}] if follows else []),
+                    }
+                ]
+            },
+        }
+        for i, follows in enumerate(successors)
+    ]
+
+
+def test_a_capture_reaches_the_watching_pods_by_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture that ends a watch is written once, as the watch plan's successor, for every
+    pod whose agent follows successors; a pod injected by an earlier perfdiag gets an object of
+    its own. Every pod's annotation changes. The ending removes the successor too."""
+    reconciler, kube = _reconciler(tmp_path / "store", monkeypatch)
+    stored = LocalStorage(tmp_path / "store" / "ns")
+    watch_id = WATCH.id
+    for i in range(3):
+        stored.put_text(pod_plan_key(f"uid-{i}"), WATCH.to_json())
+    pods = _watching_pods([True, True, False])
+    assert reconciler._send_plan("ns", "d", PLAN, pods, replacing=watch_id) is None
+    assert stored.get_text(plan_successor_key(watch_id)) == PLAN.to_json()
+    objects = [stored.get_text(pod_plan_key(f"uid-{i}")) for i in range(3)]
+    assert objects == [WATCH.to_json(), WATCH.to_json(), PLAN.to_json()]
+    assert sorted(name for name, _ in kube.patches) == ["p0", "p1", "p2"]
+    # The ending: the pods' objects, then the successor, then the annotations.
+    armed = _watching_pods([True, True, False])
+    for pod in armed:
+        pod["metadata"]["annotations"] = plan_annotations(PLAN, "d")["metadata"]["annotations"]
+    assert reconciler._disarm("ns", "d", UID, None, armed) == 3
+    assert stored.list("pod-plans/") == [] and stored.list("plan-successors/") == []
+
+
+def test_a_watch_plan_is_sent_to_each_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a capture that ends a watch goes through a successor: the watch plan itself (and a
+    stacks plan) is each pod's own object."""
+    reconciler, _ = _reconciler(tmp_path / "store", monkeypatch)
+    plan = WATCH
+    assert reconciler._send_plan("ns", "d", plan, _pods()) is None
+    stored = LocalStorage(tmp_path / "store" / "ns")
+    assert [stored.get_text(pod_plan_key(f"uid-{i}")) for i in range(3)] == [plan.to_json()] * 3
+    assert stored.list("plan-successors/") == []
 
 
 def test_no_annotation_while_storage_cannot_take_the_plan(

@@ -16,8 +16,15 @@ from perfdiag.operator.coordination import (
     plan_annotations,
     plan_of,
     pods_to_disarm,
+    reads_successor,
 )
-from perfdiag.operator.injection import InjectionConfig, follows_pod_plan, inject, injected
+from perfdiag.operator.injection import (
+    InjectionConfig,
+    follows_plan_successors,
+    follows_pod_plan,
+    inject,
+    injected,
+)
 from perfdiag.operator.pods import slim_pod
 from perfdiag.operator.targets import is_live
 
@@ -70,12 +77,13 @@ def _listed_pod(nproc: str, *, phase: str = "Running", armed: bool = False) -> d
 def test_a_slim_pod_decides_as_the_whole_pod(nproc: str, phase: str, armed: bool) -> None:
     whole = _listed_pod(nproc, phase=phase, armed=armed)
     slim = slim_pod(whole)
-    for read in (injected, follows_pod_plan, is_live, plan_of):
+    for read in (injected, follows_pod_plan, follows_plan_successors, is_live, plan_of):
         assert read(slim) == read(whole), read.__name__
     assert expected_ranks([slim]) == expected_ranks([whole])
     assert capture_lead([slim], 10.0) == capture_lead([whole], 10.0)
     ids = frozenset({PLAN.id})
     assert pods_to_disarm([slim], "d", ids) == pods_to_disarm([whole], "d", ids)
+    assert reads_successor(slim, PLAN.id) == reads_successor(whole, PLAN.id) == armed
     assert slim["metadata"]["uid"] == "u-1"
     assert len(json.dumps(slim)) * 3 < len(json.dumps(whole))
 

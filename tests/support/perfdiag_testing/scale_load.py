@@ -51,6 +51,7 @@ from perfdiag.api.diagnosis import GROUP, PLURAL, VERSION
 from perfdiag.api.plan import Plan
 from perfdiag.api.verdict import StepTimes, Verdict, WindowInfo
 from perfdiag.api.worker import WorkerPhase, WorkerStatus
+from perfdiag.collector.pod_plan import successor_key
 from perfdiag.operator.analyzer_job import job_name
 from perfdiag_testing.devcluster import operator_env
 from perfdiag_testing.kube import KubeCluster
@@ -102,8 +103,8 @@ class Timeline:
     applied: float
     watching: float | None  # status.watch.planId visible
     decided: float | None  # the arming pass decided, after its reads (the plan deadline's clock)
-    first_plan_object: float | None  # first pod's capture plan in storage
-    armed: float | None  # every pod's capture plan in storage
+    first_armed: float | None  # the first pod's agent could read the capture plan in storage
+    armed: float | None  # every pod's agent could
     annotated: float | None  # status.window visible: written after every annotation
     collected: float | None  # phase Analyzing: every rank's window status read
     ready: float | None  # Ready=True
@@ -116,7 +117,7 @@ class ScaleResult:
     burst: Burst
     running_seconds: float  # every pod marked Running
     timeline: Timeline
-    plan_objects: int  # pod plan objects holding the capture plan when the status said armed
+    armed_pods: int  # pods whose agent read the capture plan in storage once the status said armed
     operator_peak_rss_mb: float
     operator_cpu_seconds: float  # during apply → Ready
     arming_read_seconds: float | None  # the arming pass' reads before it decided (its log)
@@ -395,6 +396,12 @@ def mark_running(kube: KubeCluster, namespace: str, names: list[str], threads: i
     return time.monotonic() - began
 
 
+def _stamp(modified: datetime | None) -> float:
+    """An object's Last-Modified as Unix time (MinIO always sends it)."""
+    assert modified is not None
+    return modified.timestamp()
+
+
 # ---- the synthetic agents, the poller, the Job controller -----------------------------------
 @dataclass
 class _Observed:
@@ -406,8 +413,8 @@ class _Observed:
     analyzing: float | None = None
     ready: float | None = None
     failed: str | None = None
-    plan_objects: int = 0
-    first_plan_object: float | None = None
+    armed_pods: int = 0
+    first_armed: float | None = None
     armed: float | None = None
     decided: float | None = None
 
@@ -494,34 +501,51 @@ class _Load:
                 seen.ready = now
 
     def _time_arming(self, status: dict[str, Any]) -> None:
-        """Every pod's plan object as storage has it right after the status said armed (before
-        the capture can end and take them away): how many hold the capture plan, and when the
-        first and the last of them were written."""
+        """Every pod's plan as its agent reads it right after the status said armed (before the
+        capture can end and take it away): the pod's object, or the successor of the watch plan
+        it holds (perfdiag.collector.pod_plan, the agent's own reading). How many pods get the
+        capture plan, and when the first and the last of them could: a pod's plan is there once
+        every object it reads was written."""
         plan_id = status["window"]["planId"]
-        prefix = f"perfdiag/{self.namespace}/pod-plans/"
-        objects = list(self.s3.list_objects(self.minio.bucket, prefix=prefix))
-        if not objects:
+        prefix = f"perfdiag/{self.namespace}/"
+        objects = list(self.s3.list_objects(self.minio.bucket, prefix=f"{prefix}pod-plans/"))
+        by_content: dict[str, list[float]] = {}
+        for o in objects:
+            by_content.setdefault(str(o.etag), []).append(_stamp(o.last_modified))
+        stamps: list[float] = []
+        for etag, written in by_content.items():
+            sample = next(o for o in objects if str(o.etag) == etag)
+            text = self._read(str(sample.object_name))
+            successor = successor_key(text)
+            if successor is not None:
+                # Listed, not HEAD: a listing gives the time to the millisecond.
+                key = f"{prefix}{successor}"
+                found = [o for o in self.s3.list_objects(self.minio.bucket, prefix=key)]
+                if not found:
+                    continue  # no successor: these pods keep the watch plan
+                text = self._read(key)
+                written = [max(w, _stamp(found[0].last_modified)) for w in written]
+            plan = Plan.model_validate_json(text)
+            if plan.id != plan_id:
+                continue
+            stamps += written
+            if plan.deadline is not None:
+                decided = plan.deadline.timestamp() - TIMEOUT_SECONDS - LEAD_SECONDS
+                self.seen.decided = self._mono_of_unix(decided)
+        if not stamps:
+            self.errors.append(f"no pod reads the capture plan {plan_id}")
             return
-        sample = self.s3.get_object(self.minio.bucket, str(objects[0].object_name))
-        try:
-            plan = Plan.model_validate_json(sample.read())
-        finally:
-            sample.close()
-            sample.release_conn()
-        if plan.id != plan_id:
-            self.errors.append(f"pod plan {plan.id} is not the capture plan {plan_id}")
-            return
-        etags = Counter(o.etag for o in objects)
-        etag, count = etags.most_common(1)[0]
-        stamps = [
-            o.last_modified.timestamp() for o in objects if o.etag == etag and o.last_modified
-        ]
-        self.seen.plan_objects = count
-        self.seen.first_plan_object = self._mono_of_unix(min(stamps))
+        self.seen.armed_pods = len(stamps)
+        self.seen.first_armed = self._mono_of_unix(min(stamps))
         self.seen.armed = self._mono_of_unix(max(stamps))
-        if plan.deadline is not None:
-            decided = plan.deadline.timestamp() - TIMEOUT_SECONDS - LEAD_SECONDS
-            self.seen.decided = self._mono_of_unix(decided)
+
+    def _read(self, key: str) -> bytes:
+        answer = self.s3.get_object(self.minio.bucket, key)
+        try:
+            return bytes(answer.read())
+        finally:
+            answer.close()
+            answer.release_conn()
 
     def _complete_job(self, obj: dict[str, Any]) -> None:
         """The Job controller: the analyzer Job's verdict written, the Job marked Complete."""
@@ -745,7 +769,7 @@ def run_scale(
         applied=round(applied, 2),
         watching=since(seen.watching),
         decided=since(seen.decided),
-        first_plan_object=since(seen.first_plan_object),
+        first_armed=since(seen.first_armed),
         armed=since(seen.armed),
         annotated=since(seen.window),
         collected=since(seen.analyzing),
@@ -771,7 +795,7 @@ def run_scale(
         burst=burst,
         running_seconds=round(running, 2),
         timeline=timeline,
-        plan_objects=seen.plan_objects,
+        armed_pods=seen.armed_pods,
         operator_peak_rss_mb=round(peak, 1),
         operator_cpu_seconds=round(cpu, 2),
         arming_read_seconds=arming_read_seconds(operator.log_path.read_text(errors="replace")),
