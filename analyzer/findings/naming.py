@@ -43,11 +43,16 @@ NEW_CALLS_SHARE = 0.25
 (more calls of a function, or a function they do not run), the rank made the same calls as its
 peers and they took longer. Healthy ranks sharing a busy host: at most 0.1 (fault suite, quiet
 and loaded); a rank with injected work: 0.29 and more."""
-SAME_CALLS_MIN_RATIO = 1.4
-"""The same calls taking longer name a rank only when its training thread computes this much
-longer than its peers in three steps of four (more work per call: a larger batch, a larger
-model shard). Healthy ranks whose cores other busy threads share reach 1.31 (fault suite, quiet
-and loaded; the healthy demo); a 3× batch keeps 1.48 and more."""
+MORE_WORK_FLOOR_RATIO = 1.5
+"""A rank whose extra computation is spread over its work, or in the same calls as its peers',
+does more work per call (a larger batch, a larger model shard) rather than the same work on a
+slower CPU when its least on-CPU time in a step is this many times its peers' least
+(`CpuWork.floor_ratio`): more work per call is in every step, its best included, while a core
+shared with busy threads slows a healthy rank for stretches of steps, not in its best one.
+Fault suite, quiet and loaded: a 3x batch 1.64-1.93 (7 runs); healthy ranks found computing
+longer 1.03-1.18, every healthy rank at most 1.38. The lower quartile of its per-step ratio
+does not tell them apart: 1.14 for a 3x batch whose peers' median switched between their fast
+and slow steps, 1.21 for a healthy rank."""
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,15 @@ def _by_cpu_accounting(
         worker = _with_cpu_work(worker, cause.work, suspect.context.thresholds)
     exact = against.cpu.on_cpu_steps is not None
     reason = _not_its_own_work(suspect, worker, cause, exact)
-    # Extra work spread over the calls it shares with its peers is not put down to a shared
-    # core when the rank also synchronizes with its GPU where they do not: each such call
-    # leaves its other work unoverlapped (_led_by_sync). A function that holds the excess
-    # (no such reason) is named as usual, synchronizing or not.
-    sync = _new_sync_calls(suspect) if reason is not None and cause.kind == "work" else None
+    # Extra work in the calls a rank shares with its peers (spread over them, or the same
+    # calls each longer) is put down neither to a shared core nor to more work per call when
+    # the rank also synchronizes with its GPU where they do not: each such call leaves its
+    # other work unoverlapped (_led_by_sync). A rank whose excess no rule keeps out and that
+    # makes calls of its own is named as usual, synchronizing or not.
+    spread = reason is not None or (
+        suspect.work is not None and _same_calls_share(suspect) is not None
+    )
+    sync = _new_sync_calls(suspect) if spread and cause.kind == "work" else None
     if reason is not None and sync is None:
         return NotNamed(worker.rank, reason)
     worker = _with_cause(worker, cause, exact)
@@ -276,8 +285,9 @@ def _stretched(suspect: Suspect, worker: SlowWorker, cause: CpuCause) -> str | N
     its extra computation: the same work ran slower on its CPU (a core shared with other busy
     threads, a slower core), which is no work of its own. None when something holds it, or
     when its extra time is in calls its peers do not make (work of its own, however it spreads
-    over Python, ops and kernel launches)."""
-    if cause.kind != "work":
+    over Python, ops and kernel launches), or when even its best step computes far longer
+    than its peers' best (more work per call, `MORE_WORK_FLOOR_RATIO`)."""
+    if cause.kind != "work" or _more_work_per_call(suspect.work):
         return None
     share = _new_calls_share(suspect)
     if share is not None and share >= NEW_CALLS_SHARE:
@@ -303,19 +313,23 @@ def _stretched(suspect: Suspect, worker: SlowWorker, cause: CpuCause) -> str | N
 
 def _same_calls_slower(suspect: Suspect, work: CpuWork) -> str | None:
     """Why a rank that computes longer is not named when its extra time is in the same calls
-    as its peers' and is not steadily far above theirs: on a shared host which rank's work
-    runs beside which other thread (caches, memory bandwidth, a sibling hyperthread) makes
-    the same work slower on one rank for a while. None when it makes calls its peers do not,
-    or computes steadily longer than that noise reaches."""
-    if work.steady_ratio >= SAME_CALLS_MIN_RATIO or _same_calls_share(suspect) is None:
+    as its peers' and its best step is not far above theirs: on a shared host which rank's
+    work runs beside which other thread (caches, memory bandwidth, a sibling hyperthread)
+    makes the same work slower on one rank for a while, never in all its steps. None when it
+    makes calls its peers do not, or computes longer even in its best step."""
+    if _more_work_per_call(work) or _same_calls_share(suspect) is None:
         return None
     return (
         f"its training thread computed {work.on_cpu_ms - work.peers_on_cpu_ms:.1f} ms/step "
         f"longer than its peers', in the same calls as theirs (no function it calls more often "
-        f"or alone), and by ×{work.steady_ratio:.2f} or less in a quarter of the steps: the same "
-        "work ran slower on its CPU for a while (a core shared with other busy threads); "
-        "not named"
+        f"or alone), and in its best step ×{work.floor_ratio:.2f} their best: the same work ran "
+        "slower on its CPU for a while (a core shared with other busy threads); not named"
     )
+
+
+def _more_work_per_call(work: CpuWork | None) -> bool:
+    """Whether the rank computes far longer than its peers even in its best step."""
+    return work is not None and work.floor_ratio >= MORE_WORK_FLOOR_RATIO
 
 
 def _same_calls_share(suspect: Suspect) -> float | None:

@@ -271,9 +271,9 @@ class CpuWork:
     steps_shown: int
     """Steps in which the extra reaches half the materiality threshold."""
     steps: int
-    steady_ratio: float = float("nan")
-    """Its on-CPU time over its peers' median in the same step, in the steps at its lower
-    quartile: what it keeps in three steps of four."""
+    floor_ratio: float = float("nan")
+    """Its least on-CPU time in a step over its peers' least (their median), over the same
+    steps: what its work costs when nothing slows it, against what theirs does."""
 
 
 @dataclass(frozen=True)
@@ -477,10 +477,22 @@ def cpu_work_excess(against: PeerCpu) -> CpuWork | None:
         or shown < max(2, int(np.ceil(MIN_SHOWN_SHARE * len(extra))))
     ):
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_step = own[ref > 0] / ref[ref > 0]
-    steady = float(np.quantile(per_step, 0.25)) if len(per_step) else float("nan")
-    return CpuWork(excess, float(np.mean(own)), float(np.mean(ref)), shown, len(extra), steady)
+    floor = _floor_ratio(own, inner[np.ix_(peers, valid)])
+    return CpuWork(excess, float(np.mean(own)), float(np.mean(ref)), shown, len(extra), floor)
+
+
+def _floor_ratio(own: NDArray[np.float64], peer_rows: NDArray[np.float64]) -> float:
+    """The rank's least on-CPU time in a step over the median of its peers' least, ms over ms
+    (`peer_rows`: (peers, steps), NaN where unknown). A core shared with other busy threads,
+    caches or memory bandwidth taken by a neighbour only add to a step's computation, and only
+    for a while: in its best step a healthy rank computes what its peers do in theirs, while
+    more work per call (a larger batch) shows in every step, its best included."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        peers_floor = float(np.nanmedian(np.nanmin(peer_rows, axis=1)))
+    if not np.isfinite(peers_floor) or peers_floor <= 0:
+        return float("nan")
+    return float(np.min(own)) / peers_floor
 
 
 def _peers_step_noise(rows: NDArray[np.float64], peers: NDArray[np.int64], i: int) -> float:

@@ -34,15 +34,27 @@ WORK = CpuCause(
 )
 
 
-def stretched(rank: SlowWorker, cause: CpuCause, rank1: list[Row] | None = None) -> str | None:
-    """`_stretched` for rank 1 of two whose windows hold SAME_CALLS (rank 1: `rank1`)."""
-    suspect = suspect_of({0: SAME_CALLS, 1: rank1 if rank1 is not None else SLOWER_CALLS}, 1)
-    return _stretched(suspect, rank, cause)
+def stretched(
+    rank: SlowWorker, cause: CpuCause, rank1: list[Row] | None = None, work: CpuWork | None = None
+) -> str | None:
+    """`_stretched` for rank 1 of two whose windows hold SAME_CALLS (rank 1: `rank1`), with
+    its extra computation step by step `work`."""
+    rows = {0: SAME_CALLS, 1: rank1 if rank1 is not None else SLOWER_CALLS}
+    return _stretched(suspect_of(rows, 1, work), rank, cause)
 
 
 def test_extra_computation_spread_over_everything_is_a_slower_cpu() -> None:
     spread = worker(8.2, [("dataloader", 0.6), ("cpu_op", 0.5), ("python", 0.5)])
     note = stretched(spread, WORK)
+    assert note is not None and "the same work ran slower on its CPU" in note
+
+
+def test_extra_computation_spread_over_everything_even_in_the_best_step_is_more_work() -> None:
+    """A 3x batch grows every function of the rank together, in every step: its best step
+    1.64x its peers' best (fault suite), where a healthy rank on a shared core keeps 1.12."""
+    spread = worker(8.2, [("dataloader", 0.6), ("cpu_op", 0.5), ("python", 0.5)])
+    assert stretched(spread, WORK, work=cpu_work(1.64)) is None
+    note = stretched(spread, WORK, work=cpu_work(1.12))
     assert note is not None and "the same work ran slower on its CPU" in note
 
 
@@ -106,26 +118,30 @@ SLOWER_CALLS = [
 ]
 
 
-def cpu_work(steady_ratio: float) -> CpuWork:
-    return CpuWork(2.0, 7.5, 6.0, 8, 8, steady_ratio)
+def cpu_work(floor_ratio: float) -> CpuWork:
+    return CpuWork(2.0, 7.5, 6.0, 8, 8, floor_ratio)
 
 
-def same_calls_note(rank3: list[tuple[str, str, float, int]], steady: float) -> str | None:
-    work = cpu_work(steady)
+def same_calls_note(rank3: list[tuple[str, str, float, int]], floor: float) -> str | None:
+    work = cpu_work(floor)
     suspect = suspect_of({0: HEALTHY, 1: HEALTHY, 2: HEALTHY, 3: rank3}, 3, work)
     return _same_calls_slower(suspect, work)
 
 
 def test_the_same_calls_taking_a_little_longer_are_a_shared_cpu() -> None:
+    """A healthy rank whose core other busy threads share: its best step 1.18x its peers'
+    (test_cpu_cause.SHARED_CORE)."""
     slower = [("aten::mm", "cpu_op", 5.0, 11), ("fetch", "dataloader", 2.5, 1)]
-    note = same_calls_note(slower, 1.2)
+    note = same_calls_note(slower, 1.18)
     assert note is not None and "in the same calls as theirs" in note
+    assert "in its best step ×1.18 their best" in note
 
 
-def test_the_same_calls_steadily_far_longer_are_the_ranks_own_work() -> None:
-    """A 3x batch: the same calls, each with more work, in every step."""
+def test_the_same_calls_longer_even_in_the_best_step_are_the_ranks_own_work() -> None:
+    """A 3x batch: the same calls, each with more work, its best step 1.66x its peers'
+    (test_cpu_cause.LARGER_BATCH)."""
     larger = [("aten::mm", "cpu_op", 7.0, 11), ("fetch", "dataloader", 3.5, 1)]
-    assert same_calls_note(larger, 1.6) is None
+    assert same_calls_note(larger, 1.66) is None
 
 
 def test_calls_its_peers_do_not_make_are_the_ranks_own_work() -> None:
