@@ -435,6 +435,23 @@ def test_the_agent_gives_its_hooks_the_successor_of_its_pods_watch_plan(tmp_path
     assert mirror.stat().st_mtime == pytest.approx(then)
 
 
+def test_the_agent_follows_successors_when_the_webhook_marks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--plan-successors` defaults to $PERFDIAG_PLAN_SUCCESSORS being 1, which the webhook sets
+    on the agents it injects and the operator then relies on."""
+    from perfdiag.cli import build_parser
+
+    argv = ["agent", "--spool", "spool", "--storage", "store"]
+    monkeypatch.delenv("PERFDIAG_PLAN_SUCCESSORS", raising=False)
+    assert not build_parser("agent").parse_args(argv).plan_successors
+    assert build_parser("agent").parse_args([*argv, "--plan-successors"]).plan_successors
+    monkeypatch.setenv("PERFDIAG_PLAN_SUCCESSORS", "0")
+    assert not build_parser("agent").parse_args(argv).plan_successors
+    monkeypatch.setenv("PERFDIAG_PLAN_SUCCESSORS", "1")
+    assert build_parser("agent").parse_args(argv).plan_successors
+
+
 def test_the_agent_loop_follows_the_pods_plan_and_removes_its_copy_when_it_stops(
     tmp_path: Path,
 ) -> None:
