@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         if stop:
             break
     stop_thread.set()
+    shutil.rmtree(scratch, ignore_errors=True)  # the checkpoint and log faults write there
     if rank == 0:
         print(f"fault job: finished {step} steps in {time.monotonic() - started:.1f} s", flush=True)
 
