@@ -35,6 +35,8 @@ LEVEL_NON_WAIT = 3
 
 _SEP = "\x1f"
 TOP_FUNCTIONS = 25
+INCLUSIVE_FUNCTIONS = 16
+"""Functions kept by their inclusive time (`Features.inclusive_ms`), the largest first."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ class Features:
     calls: NDArray[np.float64] | None = None
     """(R, K) mean calls per step of each function feature (0 for the totals): whether a rank
     makes calls its peers do not, or makes the same calls and they take longer."""
+    inclusive_ms: NDArray[np.float32] | None = None
+    """(R, J) inclusive ms per step of the functions outside communication whose inclusive
+    time reaches the threshold somewhere (at most INCLUSIVE_FUNCTIONS): a function that one
+    rank calls more often shows here even when its time is charged to what it runs (a
+    dataset's `__getitem__`, its work in the ops it calls, under a caller called as often)."""
+    inclusive_calls: NDArray[np.float32] | None = None
+    """(R, J) mean calls per step of those functions."""
 
     @property
     def wait_index(self) -> int:
@@ -175,6 +184,9 @@ def build_features(
     np.add.at(ms[:, -2], pos[waiting_row], row_ms[waiting_row])
     np.add.at(ms[:, -1], pos[~waiting_row], row_ms[~waiting_row])
     wall = ms[:, -1].copy()
+    inclusive_ms, inclusive_calls = _inclusive(
+        summary, codes, pos, n_ranks, 1.0 / n_steps[pos], mean_step[pos], ~waiting_row, min_beta
+    )
     if cpu_wait is not None:
         ms[:, -1] = np.maximum(ms[:, -1] - np.nanmean(cpu_wait, axis=1), 0.0)
 
@@ -206,7 +218,59 @@ def build_features(
         non_wait_wall_ms=wall,
         cpu_wait=cpu_wait,
         calls=calls,
+        inclusive_ms=inclusive_ms,
+        inclusive_calls=inclusive_calls,
     )
+
+
+def _inclusive(
+    summary: pa.Table,
+    codes: NDArray[np.int64],
+    pos: NDArray[np.int64],
+    n_ranks: int,
+    per_step: NDArray[np.float64],
+    row_step_ms: NDArray[np.float64],
+    eligible: NDArray[np.bool_],
+    min_beta: float,
+) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """(R, J) inclusive ms and calls per step of the named functions among `eligible` rows
+    (not `<idle>`, `<other>` or a built-in) that ranks call unequally often and whose
+    inclusive time reaches `min_beta` of the rank's mean step somewhere, the
+    INCLUSIVE_FUNCTIONS largest. `per_step`: 1 / the row's
+    rank's steps; `row_step_ms`: that rank's mean step."""
+    if "wall_ms" not in summary.column_names:  # a table made for a test of other columns
+        empty = np.zeros((n_ranks, 0), dtype=np.float32)
+        return empty, empty.copy()
+    wall = summary.column("wall_ms").to_numpy(zero_copy_only=False).astype(np.float64)
+    wall_ms = np.nan_to_num(wall) * per_step
+    count = summary.column("count").to_numpy(zero_copy_only=False).astype(np.float64)
+    calls = np.nan_to_num(count) * per_step
+    named = ~np.asarray(
+        pc.starts_with(summary.column("function"), "<").to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    beta = np.divide(wall_ms, row_step_ms, out=np.zeros_like(wall_ms), where=row_step_ms > 0)
+    beta[~(eligible & named)] = 0.0
+    n_keys = int(codes.max()) + 1 if len(codes) else 0
+    best = np.zeros(n_keys)
+    np.maximum.at(best, codes, beta)
+    # Only functions some rank calls more often than another: the outer frames (the step,
+    # the training loop) hold the most inclusive time and are called alike everywhere.
+    most, least = np.zeros(n_keys), np.full(n_keys, np.inf)
+    np.maximum.at(most, codes, calls)
+    np.minimum.at(least, codes, calls)
+    best[~(most > least * 1.05)] = 0.0
+    chosen = np.argsort(-best, kind="stable")[:INCLUSIVE_FUNCTIONS]
+    chosen = chosen[best[chosen] >= min_beta]
+    column = np.full(len(best), -1, dtype=np.int64)
+    column[chosen] = np.arange(len(chosen))
+    rows = (column[codes] >= 0) & eligible & named
+    at = (pos[rows], column[codes[rows]])
+    ms = np.zeros((n_ranks, len(chosen)), dtype=np.float32)
+    made = np.zeros_like(ms)
+    np.add.at(ms, at, wall_ms[rows].astype(np.float32))
+    np.add.at(made, at, calls[rows].astype(np.float32))
+    return ms, made
 
 
 def is_collective_wait(function: str | None) -> bool:

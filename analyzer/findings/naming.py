@@ -12,10 +12,12 @@ measures it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from perfdiag.analyzer.compare.features import finding_category, is_idle
+from perfdiag.analyzer.compare.features import Features, finding_category, is_idle
 from perfdiag.analyzer.findings.slow_worker import SlowWorker
 from perfdiag.analyzer.findings.suspects import Suspect
 from perfdiag.analyzer.signals.contention import Contended, explained_by_contention
@@ -354,10 +356,40 @@ def _new_calls_share(suspect: Suspect) -> float | None:
     peer_calls = np.median(calls[np.ix_(others, functions)], axis=0)
     extra = np.maximum(own_ms - peer_ms, 0.0)
     steps = max(int(features.steps.counts[i]), 1)
-    # More than half a call over the window, beyond a 5% jitter (gc runs, retries).
-    new_calls = own_calls > peer_calls * 1.05 + 0.5 / steps
     total = float(extra.sum())
-    return float(extra[new_calls].sum()) / total if total > 0 else None
+    if total <= 0:
+        return None
+    in_new_calls = max(
+        float(extra[_more_calls(own_calls, peer_calls, steps)].sum()),
+        _extra_in_called_more(features, i, others, steps),
+    )
+    return min(in_new_calls / total, 1.0)
+
+
+def _more_calls(
+    own: NDArray[np.floating[Any]], peers: NDArray[np.floating[Any]], steps: int
+) -> NDArray[np.bool_]:
+    """The functions the rank calls more often than its peers: more than half a call over the
+    window, beyond a 5% jitter (gc runs, retries)."""
+    more: NDArray[np.bool_] = own > peers * 1.05 + 0.5 / steps
+    return more
+
+
+def _extra_in_called_more(
+    features: Features, i: int, others: NDArray[np.int64], steps: int
+) -> float:
+    """The rank's largest extra inclusive time, ms/step, in one function it calls more often
+    than its peers: the extra calls' work may be charged to what they run, under a caller
+    called as often (a dataset's `__getitem__` called for a larger batch, its time in the
+    ops it runs and the loader's list comprehension). The largest, not the sum: such
+    functions nest. 0 without inclusive times."""
+    ms, calls = features.inclusive_ms, features.inclusive_calls
+    if ms is None or calls is None or not ms.shape[1]:
+        return 0.0
+    peer_ms = np.median(ms[others], axis=0)
+    more = _more_calls(calls[i], np.median(calls[others], axis=0), steps)
+    grew = np.maximum(ms[i] - peer_ms, 0.0)
+    return float(grew[more].max()) if more.any() else 0.0
 
 
 def _blocked_in_autograd_engine(

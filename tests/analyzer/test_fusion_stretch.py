@@ -79,10 +79,16 @@ def test_extra_calls_spread_over_python_ops_and_launches_are_the_ranks_own() -> 
 
 
 def suspect_of(
-    rows: dict[int, list[Row]], position: int, work: CpuWork | None = None, steps: int = 10
+    rows: dict[int, list[Row]],
+    position: int,
+    work: CpuWork | None = None,
+    steps: int = 10,
+    inclusive: dict[tuple[int, str], float] | None = None,
 ) -> Suspect:
     """Rank `position` among ranks whose windows hold `rows`: (function, category, ms, calls)
-    each, over `steps` steps of 20 ms."""
+    each, over `steps` steps of 20 ms; `inclusive`: (rank, function) → inclusive ms per step
+    where it is more than the function's own (its time charged to what it calls)."""
+    walls = inclusive or {}
     table = pa.table(
         {
             "rank": pa.array([r for r, fs in rows.items() for _ in fs], pa.int32()),
@@ -90,6 +96,9 @@ def suspect_of(
             "category": [c for fs in rows.values() for _, c, _, _ in fs],
             "time_ms": [ms * steps for fs in rows.values() for _, _, ms, _ in fs],
             "count": pa.array([n * steps for fs in rows.values() for _, _, _, n in fs], pa.int64()),
+            "wall_ms": [
+                walls.get((r, f), ms) * steps for r, fs in rows.items() for f, _, ms, _ in fs
+            ],
             "beta_per_step": [[ms / 20.0] * steps for fs in rows.values() for _, _, ms, _ in fs],
         }
     )
@@ -149,3 +158,32 @@ def test_calls_its_peers_do_not_make_are_the_ranks_own_work() -> None:
     assert same_calls_note(more_calls, 1.2) is None
     alone = [*HEALTHY, ("tokenize", "python", 1.5, 1)]
     assert same_calls_note(alone, 1.2) is None
+
+
+def test_more_calls_whose_time_is_charged_to_what_they_run_are_the_ranks_own_work() -> None:
+    """A 3x batch through a DataLoader: the dataset's `__getitem__` is called 3x as often, its
+    time charged to the ops it runs and to the loader's list comprehension, which is called
+    as often as on the peers (fault suite: 384 calls a step against 128, its inclusive time
+    3.2 ms against 1.2 ms, the list comprehension's own time 3.3 ms against 1.3 ms)."""
+
+    def loader(getitem_calls: int, fetch_ms: float) -> list[Row]:
+        return [
+            ("aten::mm", "cpu_op", 4.0, 11),
+            ("fetch.py(54): <listcomp>", "dataloader", fetch_ms, 1),
+            ("fault_job.py(96): __getitem__", "python", 0.0, getitem_calls),
+        ]
+
+    peers = {r: loader(128, 1.3) for r in range(3)}
+    walls = {(r, "fault_job.py(96): __getitem__"): 1.2 for r in range(3)}
+    larger = suspect_of(
+        {**peers, 3: loader(384, 3.3)}, 3, cpu_work(1.44),
+        inclusive={**walls, (3, "fault_job.py(96): __getitem__"): 3.2},
+    )  # fmt: skip
+    assert _same_calls_slower(larger, cpu_work(1.44)) is None
+    # The same calls, the list comprehension slower: a shared core.
+    slower = suspect_of(
+        {**peers, 3: loader(128, 3.3)}, 3, cpu_work(1.18),
+        inclusive={**walls, (3, "fault_job.py(96): __getitem__"): 3.2},
+    )  # fmt: skip
+    note = _same_calls_slower(slower, cpu_work(1.18))
+    assert note is not None and "in the same calls as theirs" in note
