@@ -236,8 +236,8 @@ def _inclusive(
     """(R, J) inclusive ms and calls per step of the named functions among `eligible` rows
     (not `<idle>`, `<other>` or a built-in) that ranks call unequally often and whose
     inclusive time reaches `min_beta` of the rank's mean step somewhere, the
-    INCLUSIVE_FUNCTIONS largest. `per_step`: 1 / the row's
-    rank's steps; `row_step_ms`: that rank's mean step."""
+    INCLUSIVE_FUNCTIONS largest. `per_step`: 1 / the row's rank's steps; `row_step_ms`:
+    that rank's mean step."""
     if "wall_ms" not in summary.column_names:  # a table made for a test of other columns
         empty = np.zeros((n_ranks, 0), dtype=np.float32)
         return empty, empty.copy()

@@ -51,7 +51,8 @@ does more work per call (a larger batch, a larger model shard) rather than the s
 slower CPU when its least on-CPU time in a step is this many times its peers' least
 (`CpuWork.floor_ratio`): more work per call is in every step, its best included, while a core
 shared with busy threads slows a healthy rank for stretches of steps, not in its best one.
-Fault suite, quiet and loaded: a 3x batch 1.64-1.93 (7 runs); healthy ranks found computing
+Fault suite, quiet and loaded: a 3x batch 1.44-1.93 (10 runs; at 1.44 it is named by the calls
+it makes more often, `_extra_in_called_more`); healthy ranks found computing
 longer 1.03-1.18, every healthy rank at most 1.38. The lower quartile of its per-step ratio
 does not tell them apart: 1.14 for a 3x batch whose peers' median switched between their fast
 and slow steps, 1.21 for a healthy rank."""
