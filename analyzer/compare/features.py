@@ -184,9 +184,11 @@ def build_features(
     np.add.at(ms[:, -2], pos[waiting_row], row_ms[waiting_row])
     np.add.at(ms[:, -1], pos[~waiting_row], row_ms[~waiting_row])
     wall = ms[:, -1].copy()
+    row_steps = n_steps[pos]
     inclusive_ms, inclusive_calls = _inclusive(
-        summary, codes, pos, n_ranks, 1.0 / n_steps[pos], mean_step[pos], ~waiting_row, min_beta
-    )
+        summary, codes, pos, n_ranks, row_steps, row_calls / row_steps, mean_step[pos],
+        ~waiting_row, min_beta,
+    )  # fmt: skip
     if cpu_wait is not None:
         ms[:, -1] = np.maximum(ms[:, -1] - np.nanmean(cpu_wait, axis=1), 0.0)
 
@@ -228,7 +230,8 @@ def _inclusive(
     codes: NDArray[np.int64],
     pos: NDArray[np.int64],
     n_ranks: int,
-    per_step: NDArray[np.float64],
+    row_steps: NDArray[np.int64],
+    calls: NDArray[np.float64],
     row_step_ms: NDArray[np.float64],
     eligible: NDArray[np.bool_],
     min_beta: float,
@@ -236,15 +239,13 @@ def _inclusive(
     """(R, J) inclusive ms and calls per step of the named functions among `eligible` rows
     (not `<idle>`, `<other>` or a built-in) that ranks call unequally often and whose
     inclusive time reaches `min_beta` of the rank's mean step somewhere, the
-    INCLUSIVE_FUNCTIONS largest. `per_step`: 1 / the row's rank's steps; `row_step_ms`:
-    that rank's mean step."""
+    INCLUSIVE_FUNCTIONS largest. Per row: `row_steps` its rank's steps, `calls` its calls per
+    step, `row_step_ms` its rank's mean step."""
     if "wall_ms" not in summary.column_names:  # a table made for a test of other columns
         empty = np.zeros((n_ranks, 0), dtype=np.float32)
         return empty, empty.copy()
     wall = summary.column("wall_ms").to_numpy(zero_copy_only=False).astype(np.float64)
-    wall_ms = np.nan_to_num(wall) * per_step
-    count = summary.column("count").to_numpy(zero_copy_only=False).astype(np.float64)
-    calls = np.nan_to_num(count) * per_step
+    wall_ms = np.nan_to_num(wall) / row_steps
     named = ~np.asarray(
         pc.starts_with(summary.column("function"), "<").to_numpy(zero_copy_only=False),
         dtype=bool,
